@@ -1,0 +1,26 @@
+# Two entry points: `make demo` and `make test`. Each builds .venv first when it is
+# missing or older than the files that define it; a set-up venv costs only a stat.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+PIP     := $(BIN)/python -m pip
+CONSTR  := requirements/constraints.txt
+STAMP   := $(VENV)/.installed
+
+.PHONY: demo test venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml $(CONSTR) Makefile
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check -c $(CONSTR) -e '.[test,msprobe]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m ts_core.demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) demo_output
