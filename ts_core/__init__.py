@@ -1,1 +1,30 @@
-"""tsprobe core."""
+"""tsprobe core: dump what every module and API call saw, compare two dumps.
+
+``import ts_core`` needs only numpy and pyyaml; framework backends load when first used.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .config import DebuggerConfig, build_config
+from .debugger import PrecisionDebugger
+from .errors import ConfigError, DumpWriteError
+
+__all__ = ["PrecisionDebugger", "seed_all", "compare", "compare_npy_dir", "ConfigError",
+           "DumpWriteError", "DebuggerConfig", "build_config"]
+
+
+def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> None:
+    """Fix Python, numpy and torch randomness; `mode` enables deterministic kernels;
+    `rm_dropout` turns dropout off (msprobe seed_all)."""
+    from .backends.torch.seed import seed_all as _seed_all
+
+    _seed_all(seed, mode, rm_dropout)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("compare", "compare_npy_dir"):
+        from . import compare as _compare_pkg
+
+        return getattr(_compare_pkg, name)
+    raise AttributeError(f"module 'ts_core' has no attribute {name!r}")

@@ -1,0 +1,122 @@
+"""Backward records for one call, without changing a single gradient bit.
+
+Two strategies:
+- *tap* (default): the call's grad-requiring tensor inputs pass through an identity autograd
+  Function whose backward sees exactly this call's gradients w.r.t. its inputs; tensor hooks
+  on the outputs see the gradients w.r.t. the outputs. The identity returns ``detach()``
+  aliases, so in-place ops on its results are allowed (torch's own full backward hooks forbid
+  them, which breaks ``ReLU(inplace=True)``).
+- *node*: for in-place and view-returning calls, whose inputs must stay the user's tensors,
+  a hook on the output's autograd node sees both gradients at once.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional
+
+import torch
+
+from ._depth import internal
+
+
+class _GradTap(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, sink, *xs):
+        ctx.sink = sink
+        return tuple(x.detach() for x in xs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.sink(grads)
+        return (None,) + grads
+
+
+def flat_tensors(obj: Any, out: List[torch.Tensor]) -> List[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            flat_tensors(v, out)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            flat_tensors(v, out)
+    return out
+
+
+def _replace(obj: Any, swap: dict) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return swap.get(id(obj), obj)
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_replace(v, swap) for v in obj)
+    if isinstance(obj, list):
+        return [_replace(v, swap) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _replace(v, swap) for k, v in obj.items()}
+    return obj
+
+
+class GradCapture:
+    """Collects one call's gradients, then hands them to ``emit(grads_of_outputs, grads_of_inputs)``."""
+
+    __slots__ = ("emit", "n_in", "out_grads", "expected", "received", "done", "tapped")
+
+    def __init__(self, emit: Callable[[list, list], None]):
+        self.emit = emit
+        self.out_grads: List[Any] = []
+        self.expected = 0
+        self.received = 0
+        self.done = False
+        self.tapped = False
+
+    # -- tap strategy -------------------------------------------------------------------
+    def tap_inputs(self, args: tuple, kwargs: dict):
+        """Route grad-requiring tensor inputs through the identity tap; returns new (args, kwargs)."""
+        tensors = [t for t in flat_tensors((args, kwargs), []) if t.requires_grad]
+        if not tensors:
+            return args, kwargs
+        unique = list({id(t): t for t in tensors}.values())
+        self.n_in = len(unique)
+        self.tapped = True
+        aliases = _GradTap.apply(self._on_input_grads, *unique)
+        swap = {id(t): a for t, a in zip(unique, aliases)}
+        return _replace(args, swap), _replace(kwargs, swap)
+
+    def watch_outputs(self, output: Any) -> None:
+        outs = flat_tensors(output, [])
+        self.out_grads = [None] * len(outs)
+        for i, t in enumerate(outs):
+            if t.requires_grad:
+                self.expected += 1
+                t.register_hook(self._out_hook(i))
+        if self.expected == 0 and not self.tapped:
+            self.done = True
+
+    def _out_hook(self, i: int):
+        def hook(grad):
+            with internal():
+                self.out_grads[i] = grad
+                self.received += 1
+                if not self.tapped and self.received == self.expected:
+                    self._finish([])
+        return hook
+
+    def _on_input_grads(self, grads) -> None:
+        with internal():
+            self._finish(list(grads))
+
+    # -- node strategy ------------------------------------------------------------------
+    def watch_node(self, target: Optional[torch.Tensor]) -> None:
+        node = getattr(target, "grad_fn", None) if target is not None else None
+        if node is None:
+            self.done = True
+            return
+
+        def hook(grad_inputs, grad_outputs):
+            with internal():
+                self.out_grads = list(grad_outputs)
+                self._finish([g for g in grad_inputs if g is not None])
+        node.register_hook(hook)
+
+    def _finish(self, in_grads: list) -> None:
+        if not self.done:
+            self.done = True
+            self.emit(self.out_grads, in_grads)

@@ -1,0 +1,223 @@
+"""Element-wise and statistics metrics for one golden/target pair (pure numpy).
+
+Tensors are processed in flat chunks so a memory-mapped pair larger than RAM is compared
+with bounded memory; every metric is an exact accumulation over the chunks.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Optional, Tuple
+
+import numpy as np
+
+CHUNK = 1 << 20
+STAT_NAMES = ("Max", "Min", "Mean", "Norm")
+
+
+@dataclass
+class TensorMetrics:
+    """What differs between two arrays of the same size, computed in float64.
+
+    Errors and cosine use elements finite on both sides; ``allclose_ratio`` and the
+    ``within_*`` shares count over all elements (equal Inf, and NaN-vs-NaN when
+    ``equal_nan``, count as close). Relative error is |t-g|/|g|, 0 where both are 0,
+    and inf where only the golden element is 0.
+    """
+
+    numel: int
+    rtol: float
+    atol: float
+    cosine: Optional[float]
+    max_abs_err: float
+    mean_abs_err: float
+    max_rel_err: float
+    allclose_ratio: float
+    within_0_1pct: float
+    within_0_5pct: float
+    euclidean: float
+    golden_nan: int
+    target_nan: int
+    golden_inf: int
+    target_inf: int
+    nonfinite_mismatch: int
+    worst_index: Optional[Tuple[int, ...]]
+    worst_golden: Optional[float]
+    worst_target: Optional[float]
+
+    @property
+    def n_outside(self) -> int:
+        return self.numel - int(round(self.allclose_ratio * self.numel))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["worst_index"] = list(self.worst_index) if self.worst_index is not None else None
+        return d
+
+
+def _as_float64(x: np.ndarray) -> np.ndarray:
+    if np.iscomplexobj(x):
+        return np.ascontiguousarray(x, dtype=np.complex128).view(np.float64)
+    return np.asarray(x, dtype=np.float64)
+
+
+class _Accumulator:
+    def __init__(self, rtol: float, atol: float, equal_nan: bool):
+        self.rtol, self.atol, self.equal_nan = rtol, atol, equal_nan
+        self.n = self.n_finite = self.close = self.w1 = self.w5 = 0
+        self.dot = self.gg = self.tt = self.sq = self.abs_sum = 0.0
+        self.max_abs = self.max_rel = 0.0
+        self.g_nan = self.t_nan = self.g_inf = self.t_inf = self.mismatch = 0
+        self.worst_score, self.worst_pos = -1.0, None
+        self.worst_g = self.worst_t = None
+
+    def update(self, g: np.ndarray, t: np.ndarray, offset: int) -> None:
+        self.n += g.size
+        g_nan, t_nan = np.isnan(g), np.isnan(t)
+        g_inf, t_inf = np.isinf(g), np.isinf(t)
+        self.g_nan += int(g_nan.sum()); self.t_nan += int(t_nan.sum())
+        self.g_inf += int(g_inf.sum()); self.t_inf += int(t_inf.sum())
+        finite = ~(g_nan | t_nan | g_inf | t_inf)
+        bad = (g_nan != t_nan) | ((g_inf | t_inf) & ~(g_nan | t_nan) & (g != t))
+        n_bad = int(bad.sum())
+        self.mismatch += n_bad
+
+        close = np.isclose(t, g, rtol=self.rtol, atol=self.atol, equal_nan=self.equal_nan)
+        self.close += int(close.sum())
+        same_nonfinite = ~finite & ~bad & (~(g_nan & t_nan) | self.equal_nan)
+
+        gf, tf = g[finite], t[finite]
+        d = np.abs(tf - gf)
+        ag = np.abs(gf)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(ag > 0, d / ag, np.where(d == 0, 0.0, np.inf))
+            score = np.where(self.atol + self.rtol * ag > 0, d / (self.atol + self.rtol * ag),
+                             np.where(d == 0, 0.0, np.inf))
+        n_same = int(same_nonfinite.sum())
+        self.w1 += int((rel <= 1e-3).sum()) + n_same
+        self.w5 += int((rel <= 5e-3).sum()) + n_same
+        if d.size:
+            self.n_finite += d.size
+            self.abs_sum += float(d.sum())
+            self.sq += float(np.dot(tf - gf, tf - gf))
+            self.dot += float(np.dot(gf, tf)); self.gg += float(np.dot(gf, gf)); self.tt += float(np.dot(tf, tf))
+            self.max_abs = max(self.max_abs, float(d.max()))
+            self.max_rel = max(self.max_rel, float(rel.max()))
+            k = int(np.argmax(score))
+            if score[k] > self.worst_score:
+                pos = np.flatnonzero(finite)[k]
+                self._set_worst(float(score[k]), offset + int(pos), g[pos], t[pos])
+        if n_bad and self.worst_score < math.inf:
+            pos = int(np.flatnonzero(bad)[0])
+            self._set_worst(math.inf, offset + pos, g[pos], t[pos])
+
+    def _set_worst(self, score: float, pos: int, g: float, t: float) -> None:
+        self.worst_score, self.worst_pos = score, pos
+        self.worst_g, self.worst_t = float(g), float(t)
+
+    def result(self, shape: Tuple[int, ...]) -> TensorMetrics:
+        n = self.n
+        if self.gg > 0 and self.tt > 0:
+            cosine = max(-1.0, min(1.0, self.dot / math.sqrt(self.gg * self.tt)))
+        elif self.gg == 0 and self.tt == 0 and self.n_finite:
+            cosine = 1.0  # both all-zero: identical direction by convention
+        else:
+            cosine = None  # undefined: one side is all-zero, or nothing finite
+        worst = None
+        if self.worst_pos is not None:
+            worst = tuple(int(i) for i in np.unravel_index(self.worst_pos, shape)) if shape else ()
+        return TensorMetrics(
+            numel=n, rtol=self.rtol, atol=self.atol, cosine=cosine,
+            max_abs_err=self.max_abs, mean_abs_err=self.abs_sum / self.n_finite if self.n_finite else 0.0,
+            max_rel_err=self.max_rel, allclose_ratio=self.close / n if n else 1.0,
+            within_0_1pct=self.w1 / n if n else 1.0, within_0_5pct=self.w5 / n if n else 1.0,
+            euclidean=math.sqrt(self.sq), golden_nan=self.g_nan, target_nan=self.t_nan,
+            golden_inf=self.g_inf, target_inf=self.t_inf, nonfinite_mismatch=self.mismatch,
+            worst_index=worst, worst_golden=self.worst_g, worst_target=self.worst_t)
+
+
+def compare_arrays(golden: np.ndarray, target: np.ndarray, rtol: float, atol: float,
+                   equal_nan: bool = True, chunk: int = CHUNK) -> TensorMetrics:
+    """Compare two same-size arrays chunk by chunk (works on np.memmap without loading it).
+
+    ``target`` is judged against ``golden`` (numpy.isclose semantics:
+    |t - g| <= atol + rtol * |g|). The worst element is the one furthest outside that bound.
+    """
+    if golden.size != target.size:
+        raise ValueError(f"size differs: {golden.size} vs {target.size}")
+    shape = tuple(golden.shape)
+    g_flat, t_flat = golden.reshape(-1), target.reshape(-1)
+    if np.iscomplexobj(golden) or np.iscomplexobj(target):
+        g_flat, t_flat = _as_float64(g_flat), _as_float64(t_flat)
+        shape = (g_flat.size,)
+    acc = _Accumulator(rtol, atol, equal_nan)
+    for start in range(0, g_flat.size, chunk):
+        acc.update(_as_float64(g_flat[start:start + chunk]), _as_float64(t_flat[start:start + chunk]), start)
+    return acc.result(shape)
+
+
+@dataclass
+class StatMetrics:
+    """Differences of the recorded Max/Min/Mean/Norm (target - golden).
+
+    Relative differences divide by max(|golden value|, golden RMS) where the RMS
+    (Norm / sqrt(numel)) is known, so a Mean close to zero does not blow up.
+    """
+
+    diffs: dict
+    rel_diffs: dict
+    nonfinite: list  # names of statistics whose NaN/Inf status differs
+
+    @property
+    def max_rel(self) -> float:
+        vals = [v for v in self.rel_diffs.values() if v is not None]
+        return max(vals) if vals else 0.0
+
+    @property
+    def worst_stat(self) -> Optional[str]:
+        vals = {k: v for k, v in self.rel_diffs.items() if v is not None}
+        return max(vals, key=vals.get) if vals else None
+
+
+def _num(v: Any) -> Optional[float]:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):  # msprobe/json may carry "nan", "inf"
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None
+
+
+def has_stats(summary: Optional[Mapping]) -> bool:
+    return bool(summary) and any(_num(summary.get(k)) is not None for k in STAT_NAMES)
+
+
+def compare_stats(golden: Mapping, target: Mapping) -> StatMetrics:
+    """Compare the statistics two tensor summaries recorded."""
+    numel = None
+    shape = golden.get("shape")
+    if isinstance(shape, list) and all(isinstance(s, int) for s in shape):
+        numel = int(np.prod(shape)) if shape else 1
+    g_norm = _num(golden.get("Norm"))
+    rms = g_norm / math.sqrt(numel) if (g_norm is not None and numel and math.isfinite(g_norm)) else 0.0
+    diffs, rels, nonfinite = {}, {}, []
+    for k in STAT_NAMES:
+        g, t = _num(golden.get(k)), _num(target.get(k))
+        if g is None or t is None:
+            diffs[k] = rels[k] = None
+            continue
+        if not (math.isfinite(g) and math.isfinite(t)):
+            same = (math.isnan(g) and math.isnan(t)) or g == t
+            diffs[k] = 0.0 if same else (t - g if not (math.isnan(g) or math.isnan(t)) else math.nan)
+            rels[k] = 0.0 if same else math.inf
+            if not same:
+                nonfinite.append(k)
+            continue
+        diffs[k] = t - g
+        scale = max(abs(g), rms)
+        rels[k] = abs(t - g) / scale if scale > 0 else (0.0 if t == g else math.inf)
+    return StatMetrics(diffs, rels, nonfinite)

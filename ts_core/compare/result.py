@@ -1,0 +1,220 @@
+"""Result objects of a comparison; each serialises to plain JSON."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Dict, List, Optional
+
+from .verdict import ERROR, PASS, WARNING
+
+
+def _clean(v: Any) -> Any:
+    """JSON has no NaN/Inf: encode them as strings so json.loads never trips."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+@dataclass
+class Row:
+    """One compared value of a call pair (a row of compare.csv)."""
+
+    step: Optional[int]
+    rank: str
+    order: int                 # position in execution order: forward calls, then backward
+    direction: str
+    golden_key: Optional[str]
+    target_key: Optional[str]
+    role: str                  # input / output / parameter
+    arg: str                   # input.0, output.0, parameters.weight, weight ...
+    name: str                  # full tensor name, msprobe style: KEY.input.0
+    mode: str                  # tensor / statistics / md5 / value / unmatched / missing
+    verdict: str = PASS
+    reason: str = ""
+    golden_dtype: Optional[str] = None
+    target_dtype: Optional[str] = None
+    golden_shape: Optional[list] = None
+    target_shape: Optional[list] = None
+    rtol: Optional[float] = None
+    atol: Optional[float] = None
+    stat_rtol: Optional[float] = None
+    cosine: Optional[float] = None
+    max_abs_err: Optional[float] = None
+    mean_abs_err: Optional[float] = None
+    max_rel_err: Optional[float] = None
+    allclose_ratio: Optional[float] = None
+    within_0_1pct: Optional[float] = None
+    within_0_5pct: Optional[float] = None
+    euclidean: Optional[float] = None
+    worst_index: Optional[list] = None
+    worst_golden: Optional[float] = None
+    worst_target: Optional[float] = None
+    golden_nan: Optional[int] = None
+    target_nan: Optional[int] = None
+    golden_inf: Optional[int] = None
+    target_inf: Optional[int] = None
+    max_diff: Optional[float] = None
+    min_diff: Optional[float] = None
+    mean_diff: Optional[float] = None
+    norm_diff: Optional[float] = None
+    max_rel_diff: Optional[float] = None
+    min_rel_diff: Optional[float] = None
+    mean_rel_diff: Optional[float] = None
+    norm_rel_diff: Optional[float] = None
+    md5_equal: Optional[bool] = None
+    golden_value: Any = None
+    target_value: Any = None
+
+    @property
+    def failed(self) -> bool:
+        """A numerical (or argument-value) difference, as opposed to a structural one."""
+        return self.verdict != PASS and self.mode in ("tensor", "statistics", "md5", "value")
+
+    def metrics(self) -> Dict[str, Any]:
+        skip = {"step", "rank", "order", "direction", "golden_key", "target_key", "role", "arg", "name",
+                "verdict", "reason"}
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in skip and getattr(self, f.name) is not None}
+
+    def to_dict(self) -> dict:
+        return _clean(asdict(self))
+
+
+CSV_COLUMNS = [f.name for f in fields(Row)]
+
+
+@dataclass
+class FirstDivergence:
+    """The call that introduced the error: its outputs fail while what it consumed from
+    earlier calls passes."""
+
+    key: str
+    target_key: Optional[str]
+    direction: str
+    tensor: str                # the worst failing output, e.g. KEY.output.0
+    verdict: str
+    reason: str
+    cause: str                 # why this call and not a later one, in words
+    metrics: Dict[str, Any]
+    stack: List[str]
+    source: Optional[str]      # the user's source line, picked from the stack
+    module: Optional[str]      # enclosing module/cell (construct.json)
+    step: Optional[int] = None
+    rank: str = ""
+    statistics_based: bool = False
+
+    def to_dict(self) -> dict:
+        return _clean(asdict(self))
+
+    def describe(self) -> str:
+        where = f" (in {self.module})" if self.module else ""
+        lines = [f"First divergence: {self.key} [{self.direction}]{where}",
+                 f"  {self.tensor}: {self.verdict} - {self.reason}",
+                 f"  cause: {self.cause}"]
+        if self.source:
+            lines.append(f"  source: {self.source}")
+        return "\n".join(lines)
+
+
+@dataclass
+class PairResult:
+    """Comparison of one step/rank of golden with the matching one of target."""
+
+    step: Optional[int]
+    rank: str
+    golden: str
+    target: str
+    rows: List[Row]
+    first_divergence: Optional[FirstDivergence]
+    note: str
+    counts: Dict[str, int] = field(default_factory=dict)
+    modes: List[str] = field(default_factory=list)
+
+    def to_dict(self, with_rows: bool = False) -> dict:
+        d = {"step": self.step, "rank": self.rank, "golden": self.golden, "target": self.target,
+             "counts": self.counts, "modes": self.modes, "note": self.note,
+             "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None}
+        if with_rows:
+            d["rows"] = [r.to_dict() for r in self.rows]
+        return d
+
+
+def count_rows(rows: List[Row]) -> Dict[str, int]:
+    c = {PASS: 0, WARNING: 0, ERROR: 0}
+    for r in rows:
+        c[r.verdict] += 1
+    return c
+
+
+@dataclass
+class CompareResult:
+    """Everything a comparison found. ``first_divergence`` is the earliest over step/rank pairs."""
+
+    golden: str
+    target: str
+    pairs: List[PairResult]
+    unpaired_golden: List[str]
+    unpaired_target: List[str]
+    tolerances: Dict[str, Any]
+    options: Dict[str, Any]
+    output_dir: Optional[str] = None
+    report_path: Optional[str] = None
+    files: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> List[Row]:
+        return [r for p in self.pairs for r in p.rows]
+
+    @property
+    def first_divergence(self) -> Optional[FirstDivergence]:
+        for p in self.pairs:
+            if p.first_divergence:
+                return p.first_divergence
+        return None
+
+    @property
+    def counts(self) -> Dict[str, int]:
+        total: Dict[str, int] = {}
+        for p in self.pairs:
+            for k, v in p.counts.items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+    @property
+    def verdict(self) -> str:
+        c = self.counts
+        if self.first_divergence or c.get(ERROR):
+            return ERROR
+        if c.get(WARNING) or self.unpaired_golden or self.unpaired_target:
+            return WARNING
+        return PASS
+
+    def summary(self) -> dict:
+        fd = self.first_divergence
+        note = None
+        if fd is None:
+            notes = [p.note for p in self.pairs if p.note]
+            note = "; ".join(notes) if notes else "no call introduced an error"
+        return _clean({
+            "verdict": self.verdict, "golden": self.golden, "target": self.target,
+            "counts": self.counts, "tolerances": self.tolerances, "options": self.options,
+            "first_divergence": fd.to_dict() if fd else None, "first_divergence_note": note,
+            "pairs": [p.to_dict() for p in self.pairs],
+            "unpaired_golden": self.unpaired_golden, "unpaired_target": self.unpaired_target,
+            "files": self.files,
+        })
+
+    def to_json(self, with_rows: bool = False, **kw) -> str:
+        d = self.summary()
+        if with_rows:
+            d["rows"] = [r.to_dict() for r in self.rows]
+        return json.dumps(d, **kw)
+
+    def __str__(self) -> str:
+        from .report import terminal_text
+        return terminal_text(self)

@@ -1,0 +1,245 @@
+"""One validated config object from msprobe's config.json schema (JSON, YAML or kwargs).
+
+Every error is a single ``ConfigError`` naming the field, the bad value and what is allowed,
+so a typo in a 40-line config is found in one run.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import warnings
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Iterable, List, Mapping, Optional
+
+from .errors import ConfigError
+
+TASKS = ("statistics", "tensor")
+LEVELS = ("L0", "L1", "mix", "debug")
+DATA_MODES = ("all", "forward", "backward", "input", "output")
+SUMMARY_MODES = ("statistics", "md5")
+
+# msprobe keys we accept for drop-in compatibility but do not act on.
+_TOLERATED_TOP = {"framework", "enable_dataloader", "precision", "acl_config", "is_dump_compile",
+                  "extra_info", "overflow_check", "free_benchmark", "run_ut", "grad_probe",
+                  "structure", "exception_dump"}
+_TOP = {"task", "dump_path", "rank", "step", "level", "seed", "is_deterministic", "async_dump",
+        "statistics", "tensor", "stack", "on_write_error"}
+_SECTION = {"scope", "list", "data_mode", "summary_mode", "file_format", "online_run_ut",
+            "nfs_path", "host", "port", "tls_path", "bench_path", "online_run_ut_recompute"}
+_SECTION_OURS = {"scope", "list", "data_mode", "summary_mode", "file_format"}
+
+
+@dataclass(frozen=True)
+class DebuggerConfig:
+    """What to collect, where, and when. Immutable once validated."""
+
+    task: str = "statistics"
+    dump_path: str = "./dump_path"
+    rank: List[int] = field(default_factory=list)      # empty: every rank
+    step: List[int] = field(default_factory=list)      # empty: every step
+    level: str = "L1"
+    seed: int = 1234
+    is_deterministic: bool = False
+    async_dump: bool = False
+    scope: List[str] = field(default_factory=list)     # [] or [first_key, last_key]
+    list: List[str] = field(default_factory=list)      # exact keys or substrings
+    data_mode: List[str] = field(default_factory=lambda: ["all"])
+    summary_mode: str = "statistics"
+    stack: bool = True                                 # record stack.json
+    on_write_error: str = "warn"                       # "warn" keeps training alive, "raise" stops it
+
+    def wants(self, direction: str, part: str) -> bool:
+        """Does data_mode keep `part` ('input'/'output') of a `direction` ('forward'/'backward') record?"""
+        modes = self.data_mode
+        if "all" in modes:
+            return True
+        dir_ok = "forward" not in modes and "backward" not in modes or direction in modes
+        part_ok = "input" not in modes and "output" not in modes or part in modes
+        return dir_ok and part_ok
+
+    def collects_step(self, step: int) -> bool:
+        return not self.step or step in self.step
+
+    def collects_rank(self, rank: Optional[int]) -> bool:
+        return not self.rank or (rank or 0) in self.rank
+
+    @property
+    def last_step(self) -> Optional[int]:
+        return max(self.step) if self.step else None
+
+
+def parse_int_list(name: str, value: Any) -> List[int]:
+    """Accept [1, 3], "3", "4-6", [1, "4-6"], 2 -> sorted unique ints >= 0."""
+    allowed = "use a list of non-negative ints and 'a-b' ranges, e.g. [0, 2, \"4-6\"]"
+    items = value if isinstance(value, (list, tuple)) else [value]
+    out: set[int] = set()
+    for item in items:
+        if isinstance(item, bool):
+            raise ConfigError(name, value, allowed)
+        if isinstance(item, int):
+            lo = hi = item
+        elif isinstance(item, str):
+            text = item.strip()
+            try:
+                if "-" in text.lstrip("-"):
+                    a, b = text.split("-", 1)
+                    lo, hi = int(a), int(b)
+                else:
+                    lo = hi = int(text)
+            except ValueError:
+                raise ConfigError(name, value, allowed) from None
+        else:
+            raise ConfigError(name, value, allowed)
+        if lo < 0 or hi < lo:
+            raise ConfigError(name, value, allowed + " (ranges ascend, no negatives)")
+        if hi - lo > 1_000_000:
+            raise ConfigError(name, value, "a range may span at most 1,000,000 values")
+        out.update(range(lo, hi + 1))
+    return sorted(out)
+
+
+def _str_list(name: str, value: Any) -> List[str]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(name, value, "use a list of strings")
+    return list(value)
+
+
+def _choice(name: str, value: Any, allowed: Iterable[str]) -> str:
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise ConfigError(name, value, f"allowed: {', '.join(allowed)}")
+    return value
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(name, value, "use true or false")
+    return value
+
+
+def _unknown(name: str, known: Iterable[str]) -> ConfigError:
+    near = difflib.get_close_matches(name, sorted(known), n=1)
+    hint = f"did you mean '{near[0]}'? " if near else ""
+    return ConfigError(name, "(unknown key)", f"{hint}known keys: {', '.join(sorted(known))}")
+
+
+def _read_file(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise ConfigError("config_path", path, "the file does not exist")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as exc:  # parse errors of either format
+        raise ConfigError("config_path", path, f"the file is not valid JSON/YAML: {exc}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("config_path", path, "the file must hold a mapping at top level")
+    return data
+
+
+def _flatten(raw: Mapping[str, Any]) -> dict:
+    """Top-level keys plus the active task's section -> one flat dict; unknown keys rejected."""
+    flat: dict = {}
+    for key, value in raw.items():
+        if not isinstance(key, str):
+            raise ConfigError(str(key), value, "keys must be strings")
+        if key in _TOLERATED_TOP:
+            continue
+        if key not in _TOP:
+            raise _unknown(key, _TOP | _TOLERATED_TOP)
+        if key in TASKS:
+            continue
+        flat[key] = value
+    task = flat.get("task", "statistics")
+    for section in TASKS:
+        body = raw.get(section)
+        if body is None:
+            continue
+        if not isinstance(body, dict):
+            raise ConfigError(section, body, "use a mapping of scope/list/data_mode/...")
+        for key, value in body.items():
+            if key not in _SECTION:
+                raise _unknown(f"{section}.{key}", {f"{section}.{k}" for k in _SECTION_OURS})
+            if key not in _SECTION_OURS:
+                continue
+            if key == "summary_mode" and section == "tensor":
+                raise ConfigError("tensor.summary_mode", value,
+                                  "summary_mode belongs to the statistics section")
+            if section == task:
+                flat[key] = value
+    return flat
+
+
+def build_config(config_path: Optional[str] = None, **overrides: Any) -> DebuggerConfig:
+    """Load `config_path` (JSON or YAML, msprobe schema), apply non-None keyword overrides, validate."""
+    raw = _read_file(os.fspath(config_path)) if config_path else {}
+    flat = _flatten(raw)
+    names = {f.name for f in fields(DebuggerConfig)}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key not in names:
+            raise _unknown(key, names)
+        flat[key] = value
+    return validate(flat)
+
+
+def validate(flat: Mapping[str, Any]) -> DebuggerConfig:
+    cfg = DebuggerConfig()
+    v = dict(flat)
+    if "task" in v:
+        _choice("task", v["task"], TASKS)
+    if "level" in v:
+        _choice("level", v["level"], LEVELS)
+    if "dump_path" in v and (not isinstance(v["dump_path"], str) or not v["dump_path"]):
+        raise ConfigError("dump_path", v["dump_path"], "use a non-empty folder path string")
+    for name in ("rank", "step"):
+        if name in v:
+            v[name] = parse_int_list(name, v[name])
+    if "seed" in v and (isinstance(v["seed"], bool) or not isinstance(v["seed"], int)
+                        or not 0 <= v["seed"] < 2**32):
+        raise ConfigError("seed", v["seed"], "use an int in [0, 2**32)")
+    for name in ("is_deterministic", "async_dump", "stack"):
+        if name in v:
+            _bool(name, v[name])
+    if "on_write_error" in v:
+        _choice("on_write_error", v["on_write_error"], ("warn", "raise"))
+    if "scope" in v:
+        v["scope"] = _str_list("scope", v["scope"])
+        if len(v["scope"]) not in (0, 2):
+            raise ConfigError("scope", v["scope"], "use [] or exactly two keys [first, last]")
+    if "list" in v:
+        v["list"] = _str_list("list", v["list"])
+        if any(not s.strip() for s in v["list"]):
+            raise ConfigError("list", v["list"], "entries must be non-empty")
+    if "data_mode" in v:
+        modes = _str_list("data_mode", v["data_mode"])
+        for m in modes:
+            _choice("data_mode", m, DATA_MODES)
+        if not modes:
+            raise ConfigError("data_mode", modes, f"use a non-empty list of {', '.join(DATA_MODES)}")
+        if "all" in modes and len(modes) > 1:
+            raise ConfigError("data_mode", modes, "'all' cannot be combined with other modes")
+        v["data_mode"] = modes
+    if "summary_mode" in v:
+        _choice("summary_mode", v["summary_mode"], SUMMARY_MODES)
+    if "file_format" in v:
+        _choice("file_format", v.pop("file_format"), ("npy",))
+    cfg = replace(cfg, **v)
+    if cfg.task == "tensor" and cfg.summary_mode != "statistics":
+        raise ConfigError("summary_mode", cfg.summary_mode,
+                          "md5 is a statistics-task option; use task 'statistics' with it")
+    if cfg.scope and cfg.list:
+        raise ConfigError("scope", cfg.scope, "set either scope or list, not both")
+    if cfg.async_dump and cfg.task == "tensor" and cfg.level in ("L0", "mix"):
+        warnings.warn("async_dump has no extra effect here: tensor files are always written "
+                      "by a background writer", stacklevel=3)
+    return cfg

@@ -1,0 +1,218 @@
+"""PrecisionDebugger: lifecycle, step and rank gating, one active per process.
+
+Typical loop (msprobe-compatible)::
+
+    debugger = PrecisionDebugger(config_path="config.json")
+    for batch in data:
+        debugger.start(model)
+        loss = model(batch).sum(); loss.backward(); optimizer.step()
+        debugger.stop()
+        debugger.step()
+"""
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import Any, Optional, Sequence
+
+from .backends import framework_of, load_backend
+from .config import DebuggerConfig, build_config
+from .errors import ConfigError
+from .record.collector import Collector
+
+
+class _Switch:
+    """The one flag every hook reads first: are we collecting right now?"""
+
+    __slots__ = ("active",)
+
+    def __init__(self) -> None:
+        self.active = False
+
+
+class PrecisionDebugger:
+    _current: Optional["PrecisionDebugger"] = None
+
+    def __init__(self, config_path: Optional[str] = None, task: Optional[str] = None,
+                 dump_path: Optional[str] = None, level: Optional[str] = None,
+                 step: Optional[Sequence[int]] = None, **overrides: Any):
+        self.config: DebuggerConfig = build_config(config_path, task=task, dump_path=dump_path,
+                                                   level=level, step=step, **overrides)
+        self.current_step = 0
+        self.framework = overrides.get("framework") or ""
+        self._switch = _Switch()
+        self._collector: Optional[Collector] = None
+        self._backend: Any = None
+        self._in_window = False          # between start() and stop()
+        self._closed = False
+        self._token_range: Optional[tuple] = None
+        self._iteration = 0
+        self._debug_counts: dict = {}
+        self._warned: set = set()
+        prev = PrecisionDebugger._current
+        if prev is not None and not prev._closed:
+            prev.close()
+        PrecisionDebugger._current = self
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self, model: Any = None, token_range: Optional[Sequence[int]] = None) -> None:
+        """Begin (or resume) collecting for the current step; no-op outside configured steps/ranks."""
+        self._check_open()
+        if token_range is not None:
+            token_range = self._check_token_range(model, token_range)
+        if not self.config.collects_step(self.current_step):
+            return
+        if self._backend is None:
+            self._make_backend(model)
+        rank = self._backend.rank()
+        if not self.config.collects_rank(rank):
+            return
+        col = self._collector
+        if col.dump is None or col.step != self.current_step:
+            col.open_step(self.current_step, rank)
+            self._backend.new_step()
+        if self.config.level in ("L0", "mix") and model is None and not self._backend.modules.hooked:
+            self._warn_once("model", f"level {self.config.level} records modules only when the model is "
+                            "passed: call debugger.start(model).")
+        self._backend.install(model)
+        if token_range is not None and self._token_range is None:
+            self._token_range = token_range
+            self._iteration = 0
+            self._backend.watch_iterations(model if not isinstance(model, (list, tuple)) else model[0],
+                                           self._iteration_begin, self._iteration_end)
+        self._in_window = True
+        self._switch.active = self.config.level != "debug" and self._token_range is None
+
+    def stop(self) -> None:
+        """Stop collecting; everything collected so far is written as complete JSON files."""
+        if self._collector is None or not self._in_window:
+            return
+        self._in_window = False
+        self._switch.active = False
+        self._backend.end_step()
+        self._collector.finalize()
+
+    forward_backward_dump_end = stop
+
+    def step(self) -> None:
+        """End the step: flush and close its folder, then count the next step."""
+        self._check_open()
+        self.stop()
+        self._close_step()
+        self.current_step += 1
+        last = self.config.last_step
+        if last is not None and self.current_step > last and self._backend is not None:
+            self._backend.close()       # nothing left to collect: restore everything now
+
+    def set_init_step(self, step: int) -> None:
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ConfigError("init_step", step, "use a non-negative int")
+        self.current_step = step
+
+    def close(self) -> None:
+        """Finish the current step's files, remove every hook and restore every patch."""
+        if self._closed:
+            return
+        self.stop()
+        self._close_step()
+        if self._backend is not None:
+            self._backend.close()
+        self._closed = True
+        if PrecisionDebugger._current is self:
+            PrecisionDebugger._current = None
+
+    def __enter__(self) -> "PrecisionDebugger":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- debug level ----------------------------------------------------------------------
+    def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
+        """Level ``debug``: record `variable` as ``{name}.{n}.debug`` (and its gradient as
+        ``{name}_grad.{n}.debug`` when it arrives)."""
+        self._check_open()
+        if not isinstance(name, str) or not name:
+            raise TypeError("save(variable, name): name must be a non-empty string")
+        if self.config.level != "debug":
+            self._warn_once("save", "debugger.save() records only at level 'debug'; set level: debug.")
+            return
+        if not self.config.collects_step(self.current_step):
+            return
+        if self._backend is None:
+            self._make_backend(None, variable)
+        col = self._collector
+        rank = self._backend.rank()
+        if not self.config.collects_rank(rank):
+            return
+        if col.dump is None or col.step != self.current_step:
+            col.open_step(self.current_step, rank)
+            self._debug_counts.clear()
+        n = self._debug_counts.get(name, 0)
+        self._debug_counts[name] = n + 1
+        col.save_value(f"{name}.{n}.debug", variable)
+        if save_backward:
+            self._backend.save_backward(f"{name}_grad.{n}.debug", variable)
+
+    # -- custom APIs ----------------------------------------------------------------------
+    def register_custom_api(self, module: Any, api_name: str, api_prefix: Optional[str] = None) -> None:
+        self._check_open()
+        if self._backend is None:
+            self._make_backend(None)
+        self._backend.register_custom_api(module, api_name, api_prefix)
+
+    def restore_custom_api(self, module: Any, api_name: str) -> None:
+        if self._backend is None:
+            raise ValueError(f"restore_custom_api: '{api_name}' was never registered")
+        self._backend.restore_custom_api(module, api_name)
+
+    # -- internals ------------------------------------------------------------------------
+    @property
+    def dump_dirs(self) -> list:
+        """Every step/rank folder written so far."""
+        return list(self._collector.dump_dirs) if self._collector else []
+
+    def _make_backend(self, model: Any, sample: Any = None) -> None:
+        framework = framework_of(model, self.framework)
+        backend_cls = load_backend(framework)
+        self._collector = Collector(self.config, backend_cls.adapter_class(), backend_cls.skip_dirs)
+        self._backend = backend_cls(self.config, self._collector, self._switch)
+
+    def _close_step(self) -> None:
+        if self._collector is not None and self._collector.dump is not None:
+            self._backend.end_step()
+            self._collector.close_step()
+            if self._collector.dump_dirs and _is_main_rank(self._collector.rank):
+                print(f"[tsprobe] step {self.current_step} dumped to {self._collector.dump_dirs[-1]}",
+                      file=sys.stderr)
+
+    def _iteration_begin(self) -> None:
+        lo, hi = self._token_range
+        self._switch.active = self._in_window and lo <= self._iteration <= hi
+
+    def _iteration_end(self) -> None:
+        self._iteration += 1
+        self._switch.active = False
+
+    def _check_token_range(self, model: Any, token_range: Sequence[int]) -> tuple:
+        if model is None:
+            raise ValueError("start(token_range=...) needs the model: start(model, token_range=[s, e])")
+        if (not isinstance(token_range, (list, tuple)) or len(token_range) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in token_range)
+                or token_range[0] > token_range[1]):
+            raise ValueError(f"token_range must be [start, end] with 0 <= start <= end, got {token_range!r}")
+        return tuple(token_range)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this PrecisionDebugger was closed; create a new one")
+
+    def _warn_once(self, tag: str, message: str) -> None:
+        if tag not in self._warned:
+            self._warned.add(tag)
+            warnings.warn(f"tsprobe: {message}", stacklevel=3)
+
+
+def _is_main_rank(rank: Optional[int]) -> bool:
+    return rank in (None, 0) and os.environ.get("TSPROBE_QUIET") != "1"

@@ -1,0 +1,193 @@
+"""The framework-neutral heart of a dump: numbering, scope, records, stacks, hierarchy.
+
+Backends call ``begin`` when a call starts, ``forward_inputs`` before it runs (so in-place ops
+cannot change what is recorded), ``forward_outputs`` after it, and ``backward`` when its
+gradients arrive. Records wait in memory only until their statistics are resolved, which
+happens in one batch every ``FLUSH_RECORDS`` tensors or ``FLUSH_SECONDS``.
+"""
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..config import DebuggerConfig
+from ..scope import Scope
+from ..writer import DumpDir
+from .naming import BACKWARD, FORWARD, CallCounter, api_key, module_key, params_grad_key, without_direction
+from .stack import StackRecorder
+from .summary import Summarizer, TensorAdapter
+
+FLUSH_RECORDS = 512
+FLUSH_SECONDS = 0.5
+
+
+class Call:
+    """One API or module invocation being recorded."""
+
+    __slots__ = ("base", "index", "fwd_key", "bwd_key", "name", "selected", "parent",
+                 "is_module", "record", "dump")
+
+    def __init__(self, base, index, fwd_key, bwd_key, name, selected, parent, is_module, dump):
+        self.base, self.index, self.fwd_key, self.bwd_key = base, index, fwd_key, bwd_key
+        self.name, self.selected, self.parent, self.is_module = name, selected, parent, is_module
+        self.record: Optional[dict] = None
+        self.dump = dump
+
+
+class Collector:
+    def __init__(self, cfg: DebuggerConfig, adapter: TensorAdapter, skip_dirs=()):
+        self.cfg = cfg
+        self.adapter = adapter
+        self.rank: Optional[int] = None
+        self.step = 0
+        self.dump: Optional[DumpDir] = None
+        self.counter = CallCounter()
+        self.scope = Scope(cfg.list, cfg.scope)
+        self.module_stack: List[Call] = []
+        self.stacks = StackRecorder(skip_dirs) if cfg.stack else None
+        self.summ = Summarizer(adapter, md5=cfg.summary_mode == "md5")
+        self._pending: List[Tuple[DumpDir, str, dict]] = []
+        self._last_flush = time.monotonic()
+        self._late_warned = False
+        self.dump_dirs: List[str] = []
+        w = cfg.wants
+        self.want = {(d, p): w(d, p) for d in (FORWARD, BACKWARD) for p in ("input", "output")}
+
+    # -- step folders -------------------------------------------------------------------
+    def open_step(self, step: int, rank: Optional[int]) -> None:
+        self.close_step()
+        self.step, self.rank = step, rank
+        rank_dir = "rank" if rank is None else f"rank{rank}"
+        path = os.path.join(self.cfg.dump_path, f"step{step}", rank_dir)
+        header = {"task": self.cfg.task, "level": self.cfg.level, "framework": self.adapter.framework}
+        tensor_mode = self.cfg.task == "tensor"
+        self.dump = DumpDir(path, header, tensor_to_numpy=self.adapter.to_numpy if tensor_mode else None,
+                            raise_on_error=self.cfg.on_write_error == "raise")
+        self.summ.save_tensor = self.dump.save_tensor if tensor_mode else None
+        self.counter.reset()
+        self.scope.reset()
+        self.module_stack.clear()
+        if self.stacks is not None:
+            self.stacks.reset()
+        self.dump_dirs.append(path)
+
+    def finalize(self) -> None:
+        """Everything collected so far is on disk as complete JSON files."""
+        self.flush()
+        if self.dump is not None:
+            self.dump.finalize()
+
+    def close_step(self) -> None:
+        self.flush()
+        if self.dump is not None:
+            self.dump.close()
+            self.dump = None
+        self.module_stack.clear()
+
+    # -- calls --------------------------------------------------------------------------
+    def begin(self, base: str, is_module: bool) -> Call:
+        index = self.counter.next(base)
+        if is_module:
+            fwd, bwd = module_key(base, index, FORWARD), module_key(base, index, BACKWARD)
+        else:
+            fwd, bwd = api_key(base, index, FORWARD), api_key(base, index, BACKWARD)
+        name = without_direction(fwd)
+        parent = self.module_stack[-1] if self.module_stack else None
+        selected = self.scope.begin(name, fwd, parent is not None and parent.selected)
+        call = Call(base, index, fwd, bwd, name, selected, parent, is_module, self.dump)
+        if is_module:
+            self.module_stack.append(call)
+        if selected and self.stacks is not None and self.dump is not None:
+            sid, frames = self.stacks.capture()
+            self.dump.add_stack(fwd, sid, frames)
+        return call
+
+    def forward_inputs(self, call: Call, args: Any, kwargs: Optional[dict]) -> None:
+        rec: Dict[str, Any] = {}
+        if self.want[FORWARD, "input"]:
+            s = self.summ.summarize
+            prefix = f"{call.fwd_key}.input"
+            rec["input_args"] = [s(a, f"{prefix}.{i}") for i, a in enumerate(args)]
+            rec["input_kwargs"] = {k: s(v, f"{prefix}.{k}") for k, v in (kwargs or {}).items()}
+        call.record = rec
+
+    def forward_outputs(self, call: Call, output: Any, params: Optional[Dict[str, Any]] = None) -> None:
+        rec = call.record if call.record is not None else {}
+        s = self.summ.summarize
+        if self.want[FORWARD, "output"]:
+            outs = output if isinstance(output, (list, tuple)) else [output]
+            prefix = f"{call.fwd_key}.output"
+            rec["output"] = [s(o, f"{prefix}.{i}") for i, o in enumerate(outs)]
+        if params and self.want[FORWARD, "input"]:
+            prefix = f"{call.fwd_key}.parameters"
+            rec["parameters"] = {n: s(p, f"{prefix}.{n}") for n, p in params.items()}
+        if self.want[FORWARD, "input"] or self.want[FORWARD, "output"]:
+            self._emit(call.dump, call.fwd_key, rec)
+            self._construct(call.dump, call.fwd_key, call.parent.fwd_key if call.parent else None)
+        call.record = None
+
+    def end(self, call: Call) -> None:
+        """The call returned (or raised): close module nesting and the scope range."""
+        if call.is_module and self.module_stack and self.module_stack[-1] is call:
+            self.module_stack.pop()
+        self.scope.end(call.name)
+
+    def backward(self, call: Call, grads_of_outputs: Any, grads_of_inputs: Any) -> None:
+        if not (self.want[BACKWARD, "input"] or self.want[BACKWARD, "output"]):
+            return
+        dump = call.dump
+        if dump is None or dump is not self.dump:
+            self._late(call.bwd_key)
+            return
+        s = self.summ.summarize
+        rec: Dict[str, Any] = {}
+        if self.want[BACKWARD, "input"]:
+            rec["input"] = [s(g, f"{call.bwd_key}.input.{i}") for i, g in enumerate(grads_of_outputs)]
+        if self.want[BACKWARD, "output"]:
+            rec["output"] = [s(g, f"{call.bwd_key}.output.{i}") for i, g in enumerate(grads_of_inputs)]
+        self._emit(dump, call.bwd_key, rec)
+        self._construct(dump, call.bwd_key, call.parent.bwd_key if call.parent else None)
+
+    def params_grad(self, base: str, rec: Dict[str, Any], index: int = 0) -> None:
+        """``Module.x.Linear.parameters_grad.N`` -> {param name: summary} (summaries made by the backend)."""
+        key = params_grad_key(base, index)
+        if self.dump is None or not self.want[BACKWARD, "output"]:
+            return
+        if not (self.scope.everything or self.scope.mentions(key)):
+            return
+        self._emit(self.dump, key, rec)
+
+    def save_value(self, key: str, value: Any) -> None:
+        """Debug-level ``save()``: one record holding a summary of `value`."""
+        if self.dump is None:
+            return
+        self._emit(self.dump, key, self.summ.summarize(value, key))
+
+    # -- output -------------------------------------------------------------------------
+    def _emit(self, dump: DumpDir, key: str, rec: Any) -> None:
+        self._pending.append((dump, key, rec))
+        if len(self.summ.pending) >= FLUSH_RECORDS or time.monotonic() - self._last_flush > FLUSH_SECONDS:
+            self.flush()
+
+    def _construct(self, dump: DumpDir, key: str, parent: Optional[str]) -> None:
+        if self.cfg.level in ("L0", "mix"):
+            dump.add_construct(key, parent)
+
+    def flush(self) -> None:
+        self.summ.resolve()
+        pending, self._pending = self._pending, []
+        dumps: Dict[int, DumpDir] = {}
+        for dump, key, rec in pending:
+            dump.add_record(key, rec)
+            dumps[id(dump)] = dump
+        for dump in dumps.values():
+            dump.flush()
+        self._last_flush = time.monotonic()
+
+    def _late(self, key: str) -> None:
+        if not self._late_warned:
+            self._late_warned = True
+            warnings.warn(f"tsprobe: gradient for {key} arrived after its step was closed and was not "
+                          "recorded; call debugger.step() after loss.backward().", RuntimeWarning, stacklevel=3)

@@ -1,0 +1,114 @@
+"""Summaries of call arguments: tensors become statistics dicts, everything else ``{type, value}``.
+
+Statistics are requested from the backend as small device-side values and resolved in one
+batched host transfer per flush (``resolve``), so collecting never syncs per tensor.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Protocol, Tuple
+
+
+class TensorAdapter(Protocol):
+    """What the core needs from a framework backend to summarise its tensors."""
+
+    framework: str
+
+    def is_tensor(self, value: Any) -> bool: ...
+
+    def meta(self, tensor: Any) -> dict:
+        """type, dtype, shape (host-known, no sync)."""
+
+    def stats(self, tensor: Any) -> Any:
+        """A device-side handle for [max, min, mean, norm] or None (empty / no numbers)."""
+
+    def stats_to_host(self, handles: List[Any]) -> List[List[Optional[float]]]:
+        """One batched transfer for many ``stats`` handles."""
+
+    def crc32(self, tensor: Any) -> str: ...
+
+    def snapshot(self, tensor: Any) -> Any:
+        """A copy that later in-place ops cannot change (for tensor files)."""
+
+    def to_numpy(self, snapshot: Any) -> Any: ...
+
+    def describe_other(self, value: Any) -> Optional[dict]:
+        """Framework-specific non-tensor values (dtype, device, Size); None if not one."""
+
+
+STAT_FIELDS = ("Max", "Min", "Mean", "Norm")
+_PLAIN = (bool, int, float, str)
+
+
+class Summarizer:
+    """Turns argument structures into JSON-ready summaries; owns pending statistics."""
+
+    def __init__(self, adapter: TensorAdapter, *, md5: bool = False,
+                 save_tensor: Optional[Callable[[str, Any], None]] = None):
+        self.adapter = adapter
+        self.md5 = md5
+        self.save_tensor = save_tensor       # set in tensor mode: (file name, snapshot) -> None
+        self.pending: List[Tuple[dict, Any, str]] = []
+
+    def summarize(self, value: Any, name: str) -> Any:
+        """Summary of `value`; `name` is the data-name prefix (``KEY.input.0``) for tensor files."""
+        ad = self.adapter
+        if ad.is_tensor(value):
+            return self.tensor(value, name)
+        if value is None:
+            return None
+        if isinstance(value, _PLAIN):
+            return {"type": type(value).__name__, "value": value}
+        other = ad.describe_other(value)
+        if other is not None:
+            return other
+        if isinstance(value, (list, tuple)):
+            return [self.summarize(v, f"{name}.{i}") for i, v in enumerate(value)]
+        if isinstance(value, dict):
+            return {str(k): self.summarize(v, f"{name}.{k}") for k, v in value.items()}
+        if isinstance(value, slice):
+            return {"type": "slice", "value": [_plain(value.start), _plain(value.stop), _plain(value.step)]}
+        if value is Ellipsis:
+            return {"type": "ellipsis", "value": "..."}
+        return {"type": type(value).__name__, "value": None}
+
+    def tensor(self, t: Any, name: str) -> dict:
+        ad = self.adapter
+        out = ad.meta(t)
+        if self.save_tensor is not None:
+            file_name = f"{name}.npy"
+            out["data_name"] = file_name
+            self.save_tensor(file_name, ad.snapshot(t))
+        handle = ad.stats(t)
+        if handle is None:
+            out.update(Max=None, Min=None, Mean=None, Norm=None)
+        else:
+            out.update(Max=0, Min=0, Mean=0, Norm=0)   # filled by resolve()
+            self.pending.append((out, handle, out["dtype"]))
+        if self.md5:
+            out["md5"] = ad.crc32(t)
+        return out
+
+    def resolve(self) -> None:
+        """Fill every pending statistic with one host transfer."""
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, []
+        values = self.adapter.stats_to_host([h for _, h, _ in pending])
+        for (out, _, dtype), row in zip(pending, values):
+            for field, v in zip(STAT_FIELDS, row):
+                out[field] = _typed(v, dtype, field)
+
+
+def _plain(v: Any) -> Any:
+    return v if v is None or isinstance(v, _PLAIN) else str(v)
+
+
+def _typed(v: Optional[float], dtype: str, field: str) -> Any:
+    """Integer/bool tensors keep integer/bool Max and Min, as msprobe writes them."""
+    if v is None or v != v or field in ("Mean", "Norm"):
+        return v
+    if "bool" in dtype:
+        return bool(v)
+    if "int" in dtype and abs(v) < 2**53:
+        return int(v)
+    return v

@@ -1,0 +1,165 @@
+"""One ``step{N}/rank{R}`` folder: records go to the journal as they come; ``finalize`` writes
+dump.json, stack.json and construct.json atomically from memory.
+
+Write failures (disk full, permissions, file-size limit) warn once, mark the dump incomplete
+and let training go on, unless the config says ``on_write_error: raise``.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..errors import DumpWriteError
+from .atomic import write_json_atomic
+from .journal import JOURNAL_NAME, Journal, read_journal
+from .tensor_files import TensorFileWriter
+
+TENSOR_DIR = "dump_tensor_data"
+
+
+class DumpDir:
+    def __init__(self, path: str, header: Dict[str, Any], *, tensor_to_numpy=None,
+                 raise_on_error: bool = False):
+        self.path = path
+        self.header = dict(header)       # task, level, framework
+        self.raise_on_error = raise_on_error
+        self.data: Dict[str, Any] = {}
+        self.construct: Dict[str, Optional[str]] = {}
+        self.stacks: Dict[int, Tuple[List[str], List[str]]] = {}
+        self.incomplete = False
+        self._warned = False
+        self._journal: Optional[Journal] = None
+        self._tensors: Optional[TensorFileWriter] = None
+        self.tensor_dir: Optional[str] = None
+        try:
+            os.makedirs(path, exist_ok=True)
+            self._journal = Journal(os.path.join(path, JOURNAL_NAME))
+            if tensor_to_numpy is not None:
+                self.tensor_dir = os.path.join(path, TENSOR_DIR)
+                os.makedirs(self.tensor_dir, exist_ok=True)
+                self._tensors = TensorFileWriter(tensor_to_numpy, self._failed)
+            self._journal.append({"t": "header", "v": self._header_json()})
+        except OSError as exc:
+            self._failed(exc)
+
+    # -- collecting ---------------------------------------------------------------------
+    def add_record(self, key: str, record: Any) -> None:
+        self.data[key] = record
+        if self._journal is not None:
+            self._journal.append({"t": "data", "k": key, "v": record})
+
+    def add_construct(self, key: str, parent: Optional[str]) -> None:
+        self.construct[key] = parent
+        if self._journal is not None:
+            self._journal.append({"t": "construct", "k": key, "v": parent})
+
+    def add_stack(self, key: str, stack_id: int, frames: List[str]) -> None:
+        entry = self.stacks.get(stack_id)
+        if entry is None:
+            entry = self.stacks[stack_id] = ([], frames)
+            if self._journal is not None:
+                self._journal.append({"t": "stackdef", "k": stack_id, "v": frames})
+        entry[0].append(key)
+        if self._journal is not None:
+            self._journal.append({"t": "stack", "k": key, "v": stack_id})
+
+    def save_tensor(self, file_name: str, snapshot: Any) -> None:
+        if self._tensors is not None and not self.incomplete:
+            self._tensors.submit(os.path.join(self.tensor_dir, file_name), snapshot)
+
+    def flush(self) -> None:
+        if self._journal is None:
+            return
+        try:
+            self._journal.flush()
+        except OSError as exc:
+            self._failed(exc)
+
+    # -- finishing ----------------------------------------------------------------------
+    def finalize(self) -> None:
+        """Write the three JSON files (complete, or not at all). Safe to call repeatedly."""
+        self.flush()
+        if self._tensors is not None:
+            self._tensors.drain()
+        try:
+            write_json_atomic(os.path.join(self.path, "dump.json"), self._dump_json())
+            write_json_atomic(os.path.join(self.path, "stack.json"), self._stack_json())
+            write_json_atomic(os.path.join(self.path, "construct.json"), self.construct)
+        except OSError as exc:
+            self._failed(exc)
+
+    def close(self) -> None:
+        self.finalize()
+        if self._tensors is not None:
+            self._tensors.close()
+        if self._journal is not None:
+            try:
+                self._journal.close()
+                if not self.incomplete:
+                    os.unlink(self._journal.path)
+            except OSError as exc:
+                self._failed(exc)
+            self._journal = None
+
+    @property
+    def bytes_written(self) -> int:
+        return self._tensors.bytes_written if self._tensors is not None else 0
+
+    def _header_json(self) -> Dict[str, Any]:
+        head = dict(self.header)
+        head["dump_data_dir"] = self.tensor_dir
+        return head
+
+    def _dump_json(self) -> Dict[str, Any]:
+        out = self._header_json()
+        if self.incomplete:
+            out["incomplete"] = True
+        out["data"] = self.data
+        return out
+
+    def _stack_json(self) -> Dict[str, Any]:
+        return {str(i): [keys, frames] for i, (keys, frames) in enumerate(self.stacks.values())}
+
+    def _failed(self, exc: BaseException) -> None:
+        self.incomplete = True
+        if self.raise_on_error:
+            raise DumpWriteError(f"tsprobe could not write the dump in {self.path}: {exc}") from exc
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"tsprobe: writing the dump in {self.path} failed ({exc}); the dump is "
+                          "marked incomplete and training goes on. Free space or fix permissions, "
+                          "or set on_write_error: raise to stop instead.", RuntimeWarning, stacklevel=2)
+
+
+def recover(path: str) -> int:
+    """Rebuild dump.json/stack.json/construct.json of one rank folder from its journal
+    (after a crash). Returns the number of records recovered."""
+    journal = os.path.join(path, JOURNAL_NAME)
+    if not os.path.isfile(journal):
+        raise FileNotFoundError(f"no {JOURNAL_NAME} in {path}: nothing to recover")
+    header: Dict[str, Any] = {}
+    data: Dict[str, Any] = {}
+    construct: Dict[str, Any] = {}
+    stackdefs: Dict[Any, List[str]] = {}
+    stack_keys: Dict[Any, List[str]] = {}
+    for entry in read_journal(journal):
+        kind, key, value = entry.get("t"), entry.get("k"), entry.get("v")
+        if kind == "header" and isinstance(value, dict):
+            header = value
+        elif kind == "data":
+            data[key] = value
+        elif kind == "construct":
+            construct[key] = value
+        elif kind == "stackdef":
+            stackdefs[key] = value
+        elif kind == "stack":
+            stack_keys.setdefault(value, []).append(key)
+    out = dict(header)
+    out["incomplete"] = True
+    out["data"] = data
+    write_json_atomic(os.path.join(path, "dump.json"), out)
+    stacks = {str(i): [stack_keys.get(sid, []), frames] for i, (sid, frames) in enumerate(stackdefs.items())}
+    write_json_atomic(os.path.join(path, "stack.json"), stacks)
+    write_json_atomic(os.path.join(path, "construct.json"), construct)
+    return len(data)

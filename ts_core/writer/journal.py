@@ -1,0 +1,56 @@
+"""Append-only journal of records: one JSON object per line.
+
+A crash (even kill -9) can only tear the last line, which ``read_journal`` drops; every earlier
+line is a complete record. ``stop()``/``step()`` rebuild dump.json from memory; ``recover``
+rebuilds it from this file when the process died first.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Iterator, List
+
+JOURNAL_NAME = "journal.jsonl"
+
+
+class Journal:
+    def __init__(self, path: str):
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._buf: List[str] = []
+
+    def append(self, entry: dict) -> None:
+        self._buf.append(json.dumps(entry, separators=(",", ":")))
+
+    def flush(self) -> None:
+        """One write() per flush: the OS has the bytes even if the process is killed next."""
+        if not self._buf:
+            return
+        data = ("\n".join(self._buf) + "\n").encode("utf-8")
+        self._buf.clear()
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            try:
+                self.flush()
+            finally:
+                os.close(self._fd)
+                self._fd = -1
+
+
+def read_journal(path: str) -> Iterator[dict]:
+    """Every complete entry; a torn or corrupt line (the crash point) is skipped."""
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.endswith(b"\n"):
+                break
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict):
+                yield entry

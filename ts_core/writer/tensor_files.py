@@ -1,0 +1,60 @@
+"""Background writer of tensor files with a bounded queue (training never waits on disk
+unless the queue is full, which bounds memory)."""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+_STOP = object()
+
+
+class TensorFileWriter:
+    def __init__(self, to_numpy: Callable[[Any], np.ndarray], on_error: Callable[[BaseException], None],
+                 max_queue: int = 64):
+        self._to_numpy = to_numpy
+        self._on_error = on_error
+        self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=max_queue)
+        self._thread: Optional[threading.Thread] = None
+        self.bytes_written = 0
+
+    def submit(self, path: str, snapshot: Any) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="tsprobe-tensor-writer", daemon=True)
+            self._thread.start()
+        self._queue.put((path, snapshot))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is _STOP:
+                    return
+                path, snapshot = item
+                self._write(path, snapshot)
+            except BaseException as exc:  # keep draining: one bad write must not block training
+                self._on_error(exc)
+            finally:
+                self._queue.task_done()
+
+    def _write(self, path: str, snapshot: Any) -> None:
+        array = np.ascontiguousarray(self._to_numpy(snapshot))
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            np.save(f, array, allow_pickle=False)
+        os.replace(tmp, path)
+        self.bytes_written += array.nbytes
+
+    def drain(self) -> None:
+        """Wait until every submitted file is on disk."""
+        if self._thread is not None:
+            self._queue.join()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join()
+            self._thread = None
