@@ -20,11 +20,11 @@ DATA_MODES = ("all", "forward", "backward", "input", "output")
 SUMMARY_MODES = ("statistics", "md5")
 
 # msprobe keys we accept for drop-in compatibility but do not act on.
-_TOLERATED_TOP = {"framework", "enable_dataloader", "precision", "acl_config", "is_dump_compile",
+_TOLERATED_TOP = {"enable_dataloader", "precision", "acl_config", "is_dump_compile",
                   "extra_info", "overflow_check", "free_benchmark", "run_ut", "grad_probe",
                   "structure", "exception_dump"}
 _TOP = {"task", "dump_path", "rank", "step", "level", "seed", "is_deterministic", "async_dump",
-        "statistics", "tensor", "stack", "on_write_error"}
+        "statistics", "tensor", "stack", "on_write_error", "framework"}
 _SECTION = {"scope", "list", "data_mode", "summary_mode", "file_format", "online_run_ut",
             "nfs_path", "host", "port", "tls_path", "bench_path", "online_run_ut_recompute"}
 _SECTION_OURS = {"scope", "list", "data_mode", "summary_mode", "file_format"}
@@ -48,6 +48,7 @@ class DebuggerConfig:
     summary_mode: str = "statistics"
     stack: bool = True                                 # record stack.json
     on_write_error: str = "warn"                       # "warn" keeps training alive, "raise" stops it
+    framework: str = ""                                # "" = from the model passed to start()
 
     def wants(self, direction: str, part: str) -> bool:
         """Does data_mode keep `part` ('input'/'output') of a `direction` ('forward'/'backward') record?"""
@@ -210,6 +211,8 @@ def validate(flat: Mapping[str, Any]) -> DebuggerConfig:
     for name in ("is_deterministic", "async_dump", "stack"):
         if name in v:
             _bool(name, v[name])
+    if "framework" in v:
+        _choice("framework", v["framework"], ("", "pytorch", "mindspore"))
     if "on_write_error" in v:
         _choice("on_write_error", v["on_write_error"], ("warn", "raise"))
     if "scope" in v:

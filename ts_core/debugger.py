@@ -40,7 +40,6 @@ class PrecisionDebugger:
         self.config: DebuggerConfig = build_config(config_path, task=task, dump_path=dump_path,
                                                    level=level, step=step, **overrides)
         self.current_step = 0
-        self.framework = overrides.get("framework") or ""
         self._switch = _Switch()
         self._collector: Optional[Collector] = None
         self._backend: Any = None
@@ -174,7 +173,7 @@ class PrecisionDebugger:
         return list(self._collector.dump_dirs) if self._collector else []
 
     def _make_backend(self, model: Any, sample: Any = None) -> None:
-        framework = framework_of(model, self.framework)
+        framework = framework_of(model, self.config.framework)
         backend_cls = load_backend(framework)
         self._collector = Collector(self.config, backend_cls.adapter_class(), backend_cls.skip_dirs)
         self._backend = backend_cls(self.config, self._collector, self._switch)

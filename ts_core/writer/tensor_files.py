@@ -41,7 +41,7 @@ class TensorFileWriter:
                 self._queue.task_done()
 
     def _write(self, path: str, snapshot: Any) -> None:
-        array = np.ascontiguousarray(self._to_numpy(snapshot))
+        array = np.asarray(self._to_numpy(snapshot))
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:
             np.save(f, array, allow_pickle=False)

@@ -1,0 +1,37 @@
+"""Shared test helpers: tiny real models and dump readers."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+
+def _has(mod: str) -> bool:
+    return importlib.util.find_spec(mod) is not None
+
+
+def require(module: str):
+    """``@require("transformers")``: skip with a reason when an optional dependency is absent."""
+    return pytest.mark.skipif(not _has(module), reason=f"needs {module} installed")
+
+
+def load_dump(rank_dir: str) -> dict:
+    with open(os.path.join(rank_dir, "dump.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def load_json(rank_dir: str, name: str) -> dict:
+    with open(os.path.join(rank_dir, name), encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.fixture
+def dump_root(tmp_path):
+    return str(tmp_path / "dump")
+
+
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch):
+    monkeypatch.setenv("TSPROBE_QUIET", "1")

@@ -1,0 +1,112 @@
+"""Config loading: msprobe schema from JSON/YAML/kwargs; every bad input is one ConfigError."""
+import json
+import os
+
+import pytest
+import yaml
+
+from ts_core import ConfigError, PrecisionDebugger, build_config
+from ts_core.config import parse_int_list
+
+CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "configs")
+
+
+def _write(tmp_path, obj, name="config.json"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(obj) if name.endswith((".yaml", ".yml")) else json.dumps(obj))
+    return str(path)
+
+
+def test_defaults_match_msprobe():
+    cfg = build_config()
+    assert (cfg.task, cfg.level, cfg.dump_path, cfg.step, cfg.rank) == ("statistics", "L1", "./dump_path", [], [])
+    assert cfg.data_mode == ["all"] and cfg.summary_mode == "statistics"
+
+
+def test_task_section_applies_and_kwargs_override(tmp_path):
+    path = _write(tmp_path, {"task": "tensor", "level": "L0", "step": "4-6", "rank": [1, "3"],
+                             "tensor": {"list": ["Module.fc"], "data_mode": ["forward"]},
+                             "statistics": {"list": ["ignored"], "summary_mode": "md5"}})
+    cfg = build_config(path, level="mix", dump_path=str(tmp_path / "d"))
+    assert cfg.task == "tensor" and cfg.level == "mix" and cfg.step == [4, 5, 6] and cfg.rank == [1, 3]
+    assert cfg.list == ["Module.fc"] and cfg.data_mode == ["forward"]
+    assert cfg.summary_mode == "statistics"          # the statistics section is not the active one
+
+
+def test_yaml_loads_the_same_schema(tmp_path):
+    obj = {"task": "statistics", "level": "mix", "step": [0, 2],
+           "statistics": {"summary_mode": "md5", "scope": ["A.0.forward", "B.1.forward"]}}
+    a = build_config(_write(tmp_path, obj, "c.yaml"))
+    b = build_config(_write(tmp_path, obj, "c.json"))
+    assert a == b and a.summary_mode == "md5" and a.scope == ["A.0.forward", "B.1.forward"]
+
+
+@pytest.mark.parametrize("value,expected", [([1, 3], [1, 3]), ("3", [3]), ("4-6", [4, 5, 6]),
+                                            ([0, "2-3", 2], [0, 2, 3]), (5, [5]), ([], [])])
+def test_step_and_rank_forms(value, expected):
+    assert parse_int_list("step", value) == expected
+
+
+BAD = [
+    ({"task": "overflow"}, "task", "statistics, tensor"),
+    ({"level": "L3"}, "level", "L0, L1, mix, debug"),
+    ({"step": "6-4"}, "step", "ranges ascend"),
+    ({"step": [1.5]}, "step", "non-negative ints"),
+    ({"rank": [-1]}, "rank", "no negatives"),
+    ({"step": [True]}, "step", "non-negative ints"),
+    ({"dump_path": 3}, "dump_path", "folder path"),
+    ({"seed": "x"}, "seed", "int in"),
+    ({"is_deterministic": "yes"}, "is_deterministic", "true or false"),
+    ({"statistics": {"summary_mode": "sha"}}, "summary_mode", "statistics, md5"),
+    ({"statistics": {"scope": ["only-one"]}}, "scope", "exactly two"),
+    ({"statistics": {"data_mode": ["all", "forward"]}}, "data_mode", "cannot be combined"),
+    ({"statistics": {"data_mode": ["sideways"]}}, "data_mode", "forward"),
+    ({"statistics": {"data_mode": []}}, "data_mode", "non-empty"),
+    ({"statistics": {"list": "Module.fc"}}, "list", "list of strings"),
+    ({"statistics": {"scope": ["a", "b"], "list": ["c"]}}, "scope", "either scope or list"),
+    ({"tensor": {"summary_mode": "md5"}}, "tensor.summary_mode", "statistics section"),
+    ({"statistics": {"lst": []}}, "statistics.lst", "did you mean 'statistics.list'"),
+    ({"levle": "L1"}, "levle", "did you mean 'level'"),
+    ({"statistics": []}, "statistics", "mapping"),
+]
+
+
+@pytest.mark.parametrize("obj,field,hint", BAD)
+def test_each_error_names_field_value_and_what_is_allowed(tmp_path, obj, field, hint):
+    with pytest.raises(ConfigError) as info:
+        build_config(_write(tmp_path, obj))
+    err = info.value
+    assert err.field == field
+    assert hint in str(err)
+    assert f"'{field}'" in str(err)
+
+
+def test_file_errors_name_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        build_config(str(tmp_path / "missing.json"))
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"task": "statistics",')
+    with pytest.raises(ConfigError, match="not valid JSON/YAML") as info:
+        build_config(str(bad))
+    assert str(bad) in str(info.value)
+    top = tmp_path / "list.json"
+    top.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="mapping at top level"):
+        build_config(str(top))
+
+
+def test_unknown_keyword_override_is_rejected():
+    with pytest.raises(ConfigError, match="did you mean 'summary_mode'"):
+        PrecisionDebugger(summary_mod="md5")
+
+
+def test_msprobe_only_keys_are_tolerated(tmp_path):
+    cfg = build_config(_write(tmp_path, {"task": "statistics", "framework": "pytorch",
+                                         "enable_dataloader": False, "acl_config": ""}))
+    assert cfg.task == "statistics"
+
+
+@pytest.mark.parametrize("name", sorted(f for f in os.listdir(CONFIGS) if f.endswith((".json", ".yaml"))))
+def test_every_shipped_config_loads(name):
+    cfg = build_config(os.path.join(CONFIGS, name))
+    assert cfg.step, "shipped configs name their steps"

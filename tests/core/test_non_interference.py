@@ -1,0 +1,86 @@
+"""Loss and gradients are bit-identical with the tool on and off, and close() undoes everything."""
+import pytest
+import torch
+
+from ts_core import PrecisionDebugger
+
+from ..conftest import require
+from .models import make, train_steps
+
+CASES = [("mlp", "L0", "statistics"), ("mlp", "L1", "tensor"), ("cnn", "mix", "statistics"),
+         ("cnn", "L1", "statistics"),
+         pytest.param("gpt2", "mix", "statistics", marks=require("transformers")),
+         pytest.param("gpt2", "L1", "tensor", marks=require("transformers"))]
+
+
+@pytest.mark.parametrize("name,level,task", CASES)
+def test_bit_identical_loss_and_grads(dump_root, name, level, task):
+    ref_losses, ref_grads = train_steps(name, None, steps=2)
+    dbg = PrecisionDebugger(dump_path=dump_root, task=task, level=level, step=[0, 1])
+    losses, grads = train_steps(name, dbg, steps=2)
+    dbg.close()
+    for a, b in zip(losses, ref_losses):
+        assert torch.equal(a, b)
+    assert grads.keys() == ref_grads.keys()
+    for k in grads:
+        assert torch.equal(grads[k], ref_grads[k]), k
+
+
+def _torch_surface():
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    return {("torch", k): v for k, v in vars(torch).items()} | \
+        {("F", k): v for k, v in vars(F).items()} | \
+        {("Tensor", k): v for k, v in vars(torch.Tensor).items()} | \
+        {("dist", k): v for k, v in vars(dist).items()}
+
+
+def _hooks(model):
+    n = 0
+    for m in model.modules():
+        n += len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
+        for p in m.parameters(recurse=False):
+            n += len(getattr(p, "_post_accumulate_grad_hooks", None) or {})
+    return n
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_close_restores_every_function_and_removes_every_hook(dump_root, level):
+    before = _torch_surface()
+    model, x = make("cnn")
+    dbg = PrecisionDebugger(dump_path=dump_root, level=level, step=[0])
+    dbg.start(model)
+    assert _torch_surface() != before or level == "L0"
+    assert _hooks(model) > 0 or level == "L1"
+    model(x).sum().backward()
+    dbg.stop()
+    dbg.close()
+    after = _torch_surface()
+    changed = [k for k in set(before) | set(after) if before.get(k) is not after.get(k)]
+    assert changed == []
+    assert _hooks(model) == 0
+
+
+def test_hooks_are_released_after_the_last_configured_step(dump_root):
+    before = _torch_surface()
+    model, x = make("mlp")
+    dbg = PrecisionDebugger(dump_path=dump_root, level="mix", step=[0])
+    for _ in range(2):
+        dbg.start(model)
+        model(x).sum().backward()
+        dbg.stop()
+        dbg.step()
+    assert _hooks(model) == 0
+    assert all(before[k] is v for k, v in _torch_surface().items() if k in before)
+
+
+def test_context_manager_closes(dump_root):
+    model, x = make("mlp")
+    with PrecisionDebugger(dump_path=dump_root, level="mix", step=[0]) as dbg:
+        dbg.start(model)
+        model(x).sum().backward()
+        dbg.stop()
+    assert _hooks(model) == 0
+    assert torch.nn.functional.linear.__module__ != "functools"
+    assert not hasattr(torch.nn.functional.linear, "__tsprobe_orig__")
