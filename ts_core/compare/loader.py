@@ -242,9 +242,9 @@ def load_tensor_file(path: Path) -> np.ndarray:
             try:
                 return np.load(path, mmap_mode="r", allow_pickle=False)
             except ValueError as e:
-                if "pickle" in str(e).lower():
+                if "object" in str(e).lower() or "pickle" in str(e).lower():
                     raise TensorFileError(f"{path}: holds Python objects; refusing to unpickle") from None
-                return np.load(path, allow_pickle=False)  # e.g. empty arrays cannot be mapped
+                raise
         if suffix == ".pt":
             return _load_pt(path)
     except TensorFileError:

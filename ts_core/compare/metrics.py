@@ -68,7 +68,7 @@ class _Accumulator:
         self.dot = self.gg = self.tt = self.sq = self.abs_sum = 0.0
         self.max_abs = self.max_rel = 0.0
         self.g_nan = self.t_nan = self.g_inf = self.t_inf = self.mismatch = 0
-        self.worst_score, self.worst_pos = -1.0, None
+        self.worst_score, self.worst_pos = 0.0, None  # identical arrays have no worst element
         self.worst_g = self.worst_t = None
 
     def update(self, g: np.ndarray, t: np.ndarray, offset: int) -> None:

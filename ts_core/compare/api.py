@@ -1,0 +1,70 @@
+"""``compare(golden, target, output_dir)``: the entry point behind ``tsprobe compare``."""
+from __future__ import annotations
+
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from .engine import Options, compare_pair
+from .html import write_html
+from .loader import find_dumps, pair_units
+from .matching import default_normalise
+from .report import terminal_text, write_csv, write_summary
+from .result import CompareResult
+from .verdict import DEFAULT_TOLERANCES
+
+
+def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Optional[os.PathLike | str] = None,
+            *, rtol: Optional[float] = None, atol: Optional[float] = None, stats_only: bool = False,
+            equal_nan: bool = True, workers: Optional[int] = None, html: bool = True,
+            verbose: bool = True, progress: Optional[bool] = None,
+            normalise: Callable[[str], str] = default_normalise) -> CompareResult:
+    """Compare two dumps and name the first call that diverged.
+
+    ``golden``/``target``: a dump root (``step*/rank*``), a step folder, a rank folder or a
+    dump.json; each step/rank pair is compared (several in parallel processes).
+    ``rtol``/``atol`` override the dtype defaults; ``stats_only`` ignores tensor files.
+    With ``output_dir``, writes compare.csv, summary.json and report.html there.
+    ``verbose`` prints the terminal summary. Raises DumpFormatError for unreadable input.
+    """
+    opts = Options(rtol=rtol, atol=atol, stats_only=stats_only, equal_nan=equal_nan, normalise=normalise)
+    pairs, lone_g, lone_t = pair_units(find_dumps(golden), find_dumps(target))
+    n_workers = min(len(pairs), workers or os.cpu_count() or 1)
+    if n_workers > 1:
+        with ProcessPoolExecutor(max_workers=n_workers) as pool:
+            futures = [pool.submit(compare_pair, g, t, opts, False) for g, t in pairs]
+            results = [f.result() for f in futures]
+    else:
+        results = [compare_pair(g, t, opts, progress) for g, t in pairs]
+    tolerances = {k: v.to_dict() for k, v in DEFAULT_TOLERANCES.items()}
+    overrides = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
+    if overrides:
+        tolerances["overrides"] = overrides
+    result = CompareResult(
+        golden=str(golden), target=str(target), pairs=results,
+        unpaired_golden=[str(u.json_path) for u in lone_g], unpaired_target=[str(u.json_path) for u in lone_t],
+        tolerances=tolerances,
+        options={"stats_only": stats_only, "equal_nan": equal_nan,
+                 "normalise": getattr(normalise, "__name__", str(normalise))})
+    if output_dir is not None:
+        write_outputs(result, Path(output_dir), html=html)
+    if verbose:
+        print(terminal_text(result), file=sys.stdout)
+    return result
+
+
+def write_outputs(result: CompareResult, out: Path, html: bool = True) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    result.output_dir = str(out)
+    result.files = {"csv": str(out / "compare.csv"), "summary": str(out / "summary.json")}
+    if html:
+        result.report_path = result.files["html"] = str(out / "report.html")
+    write_csv(result.rows, out / "compare.csv")
+    if html:
+        write_html(result, out / "report.html")
+    write_summary(result, out / "summary.json")
+
+
+__all__ = ["compare", "write_outputs"]

@@ -1,0 +1,285 @@
+"""Compare one golden dump with one target dump: align calls, compare every value, build rows."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .errors import TensorFileError
+from .loader import INPUT, OUTPUT, Call, Dump, DumpUnit, Entry, is_tensor_summary
+from .matching import BACKWARD, FORWARD, OTHER, align, default_normalise
+from .metrics import STAT_NAMES, compare_arrays, compare_stats, has_stats
+from .result import PairResult, Row, count_rows
+from .verdict import ERROR, PASS, WARNING, pick_tolerance, stats_verdict, tensor_verdict, values_equal, worse
+
+
+@dataclass
+class Options:
+    """Comparison settings; ``None`` tolerances mean "follow the dtype"."""
+
+    rtol: Optional[float] = None
+    atol: Optional[float] = None
+    stats_only: bool = False
+    equal_nan: bool = True
+    normalise: Callable[[str], str] = default_normalise
+
+
+@dataclass
+class CallPair:
+    """Aligned calls (either may be None when unmatched) with the rows comparing them."""
+
+    golden: Optional[Call]
+    target: Optional[Call]
+    direction: str
+    rows: List[Row] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return (self.golden or self.target).key
+
+    @property
+    def kind(self) -> str:
+        return (self.golden or self.target).kind
+
+    def entry(self, side: str, role: str, arg: str) -> Optional[Entry]:
+        call = self.golden if side == "golden" else self.target
+        if call is None:
+            return None
+        for e in call.entries:
+            if e.role == role and e.arg == arg:
+                return e
+        return None
+
+
+class Progress:
+    """A one-line progress bar on stderr, only for large dumps on a terminal."""
+
+    def __init__(self, total: int, label: str, enabled: Optional[bool] = None):
+        self.total, self.label, self.done = max(total, 1), label, 0
+        self.enabled = (sys.stderr.isatty() and total >= 500) if enabled is None else enabled
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if self.enabled and (self.done % 50 == 0 or self.done >= self.total):
+            frac = min(self.done / self.total, 1.0)
+            bar = "#" * int(30 * frac)
+            sys.stderr.write(f"\r{self.label} [{bar:<30}] {self.done}/{self.total}")
+            if self.done >= self.total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _shape(s) -> Optional[list]:
+    return list(s) if isinstance(s, (list, tuple)) else None
+
+
+def _squeezed(shape: list) -> list:
+    return [d for d in shape if d != 1]
+
+
+def _what(leaf) -> str:
+    if leaf is None:
+        return "None"
+    return "a tensor" if is_tensor_summary(leaf) else f"the value {_value(leaf)!r}"
+
+
+def _value(leaf) -> object:
+    return leaf.get("value") if isinstance(leaf, dict) else leaf
+
+
+def compare_entries(g: Optional[Entry], t: Optional[Entry], base: dict, gd: Dump, td: Dump,
+                    opts: Options) -> Optional[Row]:
+    """One row for one recorded value of a call pair, or None when there is nothing to say
+    (equal non-tensor arguments, None on both sides)."""
+    gl = g.leaf if g else None
+    tl = t.leaf if t else None
+    if gl is None and tl is None:
+        return None
+    g_tensor, t_tensor = is_tensor_summary(gl), is_tensor_summary(tl)
+    row = Row(**base, mode="missing")
+    if g_tensor:
+        row.golden_dtype, row.golden_shape = gl.get("dtype"), _shape(gl.get("shape"))
+    if t_tensor:
+        row.target_dtype, row.target_shape = tl.get("dtype"), _shape(tl.get("shape"))
+    if gl is None or tl is None or g_tensor != t_tensor:
+        row.verdict = WARNING
+        row.reason = f"golden recorded {_what(gl)}, target recorded {_what(tl)}"
+        return row
+    if not g_tensor:
+        gv, tv = _value(gl), _value(tl)
+        if values_equal(gv, tv):
+            return None
+        row.mode, row.golden_value, row.target_value = "value", gv, tv
+        row.verdict, row.reason = WARNING, f"argument differs: golden {gv!r}, target {tv!r}"
+        return row
+    return _compare_tensor(gl, tl, row, gd, td, opts)
+
+
+def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Options) -> Row:
+    tol = pick_tolerance(row.golden_dtype, row.target_dtype, opts.rtol, opts.atol)
+    row.rtol, row.atol, row.stat_rtol = tol.rtol, tol.atol, tol.stat_rtol
+    notes: List[str] = []
+    if row.golden_dtype != row.target_dtype:
+        notes.append(f"dtype differs ({row.golden_dtype} vs {row.target_dtype}), compared at the looser tolerance")
+    gs, ts = row.golden_shape, row.target_shape
+    if gs is not None and ts is not None and gs != ts:
+        if _squeezed(gs) != _squeezed(ts):
+            row.mode, row.verdict = "tensor", ERROR
+            row.reason = "; ".join([f"shape differs: golden {gs}, target {ts}"] + notes)
+            return row
+        notes.append(f"shapes {gs} and {ts} differ only in size-1 dimensions")
+    stats = None
+    if has_stats(gl) and has_stats(tl):
+        stats = compare_stats(gl, tl)
+        for k in STAT_NAMES:
+            setattr(row, f"{k.lower()}_diff", stats.diffs[k])
+            setattr(row, f"{k.lower()}_rel_diff", stats.rel_diffs[k])
+    if gl.get("md5") is not None and tl.get("md5") is not None:
+        row.md5_equal = str(gl["md5"]) == str(tl["md5"])
+
+    if not opts.stats_only and gl.get("data_name") and tl.get("data_name"):
+        try:
+            verdict, reason = _compare_data(gl["data_name"], tl["data_name"], row, gd, td, tol, opts)
+            row.mode, row.verdict, row.reason = "tensor", verdict, "; ".join([reason] + notes)
+            return row
+        except TensorFileError as e:
+            notes.append(f"{e}; compared statistics instead")
+    elif not opts.stats_only and (gl.get("data_name") or tl.get("data_name")):
+        side = "target" if gl.get("data_name") else "golden"
+        notes.append(f"{side} has no tensor data; compared statistics")
+
+    if stats is not None:
+        verdict, reason = stats_verdict(stats, tol.stat_rtol)
+        row.mode = "statistics"
+        if row.md5_equal is True:
+            verdict, reason = PASS, "bitwise equal (crc32)"
+        elif row.md5_equal is False:
+            verdict, reason = worse(verdict, WARNING), f"bitwise different (crc32); {reason}"
+    elif row.md5_equal is not None:
+        row.mode = "md5"
+        verdict, reason = (PASS, "bitwise equal (crc32)") if row.md5_equal else (ERROR, "bitwise different (crc32)")
+    else:
+        verdict, reason = WARNING, "nothing comparable recorded (no data, statistics or md5)"
+    row.verdict, row.reason = verdict, "; ".join([reason] + notes)
+    return row
+
+
+def _compare_data(g_name: str, t_name: str, row: Row, gd: Dump, td: Dump, tol, opts: Options) -> Tuple[str, str]:
+    ga = gd.load_tensor(g_name)
+    ta = td.load_tensor(t_name)
+    if ga.size != ta.size:
+        return ERROR, f"tensor data size differs: golden {list(ga.shape)}, target {list(ta.shape)}"
+    if ga.shape != ta.shape:
+        ta = ta.reshape(ga.shape)
+    m = compare_arrays(ga, ta, tol.rtol, tol.atol, equal_nan=opts.equal_nan)
+    for k, v in m.to_dict().items():
+        if hasattr(row, k) and k not in ("rtol", "atol"):
+            setattr(row, k, v)
+    return tensor_verdict(m)
+
+
+def compare_calls(cp: CallPair, order: int, step: Optional[int], rank: str, gd: Dump, td: Dump,
+                  opts: Options) -> List[Row]:
+    g, t = cp.golden, cp.target
+    base = dict(step=step, rank=rank, order=order, direction=cp.direction,
+                golden_key=g.key if g else None, target_key=t.key if t else None)
+    if g is None or t is None:
+        present = g or t
+        side, other = ("golden", "target") if g else ("target", "golden")
+        rows = []
+        for e in present.entries:
+            if e.leaf is None or not (e.is_tensor or e.role == OUTPUT):
+                continue
+            r = Row(**base, role=e.role, arg=e.arg, name=f"{present.key}.{e.arg}", mode="unmatched",
+                    verdict=WARNING, reason=f"call only in {side}: no matching call in {other}")
+            if e.is_tensor:
+                setattr(r, f"{side}_dtype", e.leaf.get("dtype"))
+                setattr(r, f"{side}_shape", _shape(e.leaf.get("shape")))
+            rows.append(r)
+        if not rows:
+            rows.append(Row(**base, role=OUTPUT, arg="", name=present.key, mode="unmatched", verdict=WARNING,
+                            reason=f"call only in {side}: no matching call in {other}"))
+        return rows
+    keys: Dict[Tuple[str, str], None] = {}
+    for e in g.entries + t.entries:
+        keys.setdefault((e.role, e.arg), None)
+    rows = []
+    for role, arg in keys:
+        ge, te = cp.entry("golden", role, arg), cp.entry("target", role, arg)
+        row = compare_entries(ge, te, dict(base, role=role, arg=arg, name=f"{g.key}.{arg}"), gd, td, opts)
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def align_calls(gcalls: List[Call], tcalls: List[Call], opts: Options) -> List[List[CallPair]]:
+    """Aligned call pairs per direction, in execution order: forward, backward, other.
+
+    Calls are aligned as sequences; parameters_grad records pair by exact key instead,
+    since tools place them differently (msprobe: before the module's backward record).
+    """
+    out = []
+    for direction in (FORWARD, BACKWARD, OTHER):
+        gs = [c for c in gcalls if c.direction == direction]
+        ts = [c for c in tcalls if c.direction == direction]
+        g_seq = [c for c in gs if c.kind != "parameters_grad"]
+        t_seq = [c for c in ts if c.kind != "parameters_grad"]
+        pairs = [CallPair(g_seq[i] if i is not None else None, t_seq[j] if j is not None else None, direction)
+                 for i, j in align([c.key for c in g_seq], [c.key for c in t_seq], opts.normalise)]
+        out.append(_insert_keyed(pairs, gs, ts, direction))
+    return out
+
+
+def _insert_keyed(pairs: List[CallPair], gs: List[Call], ts: List[Call], direction: str) -> List[CallPair]:
+    """Pair parameters_grad records by key; place each after the call that preceded it."""
+    where = {}
+    for i, p in enumerate(pairs):
+        for c in (p.golden, p.target):
+            if c is not None:
+                where[id(c)] = i
+    after: Dict[int, List[CallPair]] = {}
+    t_grads = {c.key: c for c in ts if c.kind == "parameters_grad"}
+    for side_calls, is_golden in ((gs, True), (ts, False)):
+        prev = -1
+        for c in side_calls:
+            if c.kind != "parameters_grad":
+                prev = where[id(c)]
+            elif is_golden:
+                after.setdefault(prev, []).append(CallPair(c, t_grads.pop(c.key, None), direction))
+            elif c.key in t_grads:
+                after.setdefault(prev, []).append(CallPair(None, c, direction))
+    merged = list(after.get(-1, []))
+    for i, p in enumerate(pairs):
+        merged.append(p)
+        merged.extend(after.get(i, []))
+    return merged
+
+
+def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
+                 progress: Optional[bool] = None) -> PairResult:
+    """Compare one step/rank: every call aligned, every value a row, then the first divergence."""
+    from .divergence import find_first_divergence
+
+    gd, td = Dump(golden), Dump(target)
+    gcalls, tcalls = gd.calls(), td.calls()
+    seqs = align_calls(gcalls, tcalls, opts)
+    step = golden.step if golden.step is not None else target.step
+    rank = golden.rank or target.rank
+    bar = Progress(sum(len(s) for s in seqs), f"compare {golden.label}", progress)
+    order = 0
+    for seq in seqs:
+        for cp in seq:
+            cp.rows = compare_calls(cp, order, step, rank, gd, td, opts)
+            order += 1
+            bar.advance()
+    rows = [r for seq in seqs for cp in seq for r in cp.rows]
+    fd, note = find_first_divergence(seqs, gd, td, step, rank)
+    matched = sum(1 for seq in seqs for cp in seq if cp.golden and cp.target)
+    counts = {"records_golden": len(gcalls), "records_target": len(tcalls), "matched": matched,
+              "unmatched_golden": sum(1 for s in seqs for cp in s if cp.target is None),
+              "unmatched_target": sum(1 for s in seqs for cp in s if cp.golden is None),
+              "rows": len(rows), **count_rows(rows)}
+    modes = sorted({r.mode for r in rows if r.mode in ("tensor", "statistics", "md5")})
+    return PairResult(step, rank, str(golden.json_path), str(target.json_path), rows, fd, note, counts, modes)

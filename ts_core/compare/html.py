@@ -1,0 +1,103 @@
+"""report.html: one self-contained file (no network): verdict and first divergence on top,
+error along execution order as a chart, then a sortable and filterable table."""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from .result import CompareResult, _clean
+
+_COLUMNS = ["order", "verdict", "direction", "name", "target_key", "mode", "golden_dtype", "target_dtype",
+            "golden_shape", "target_shape", "cosine", "max_abs_err", "mean_abs_err", "max_rel_err",
+            "allclose_ratio", "within_0_1pct", "within_0_5pct", "euclidean", "max_rel_diff", "min_rel_diff",
+            "mean_rel_diff", "norm_rel_diff", "worst_index", "worst_golden", "worst_target", "rtol", "atol",
+            "step", "rank", "reason"]
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
+h1{font-size:1.3em} .pass{color:#1a7f37} .warning{color:#9a6700} .error{color:#cf222e}
+.box{border:1px solid #ccc;border-radius:6px;padding:.8em 1em;margin:.8em 0;background:#fafafa}
+pre{white-space:pre-wrap;font-size:.85em;margin:.3em 0}
+table{border-collapse:collapse;font-size:.8em} th,td{border:1px solid #ddd;padding:2px 5px}
+th{cursor:pointer;background:#f0f0f0;position:sticky;top:0} td.num{text-align:right;font-family:monospace}
+tr.error td:nth-child(2){color:#cf222e;font-weight:bold} tr.warning td:nth-child(2){color:#9a6700}
+#chart{border:1px solid #ddd;background:#fff}
+"""
+
+_SCRIPT = r"""
+const D = JSON.parse(document.getElementById('data').textContent);
+const cols = D.columns, rows = D.rows;
+let sortCol = 0, sortAsc = true;
+function fmt(v){ if(v===null||v===undefined) return ''; if(typeof v==='number') return Number.isInteger(v)?String(v):v.toPrecision(6);
+  if(Array.isArray(v)) return JSON.stringify(v); return String(v); }
+function err(r){ const c=cols; let e=r[c.indexOf('max_rel_err')];
+  if(e===null||e===undefined){ e=Math.max(...['max_rel_diff','min_rel_diff','mean_rel_diff','norm_rel_diff']
+     .map(k=>r[c.indexOf(k)]).map(v=>typeof v==='number'?v:(v==='inf'?1e30:-1))); if(e<0) return null; }
+  if(e==='inf') e=1e30; return typeof e==='number'?e:null; }
+function chart(){ const svg=document.getElementById('chart'), W=980, H=220, P=40;
+  const pts=rows.map((r,i)=>[i,err(r),r[cols.indexOf('verdict')]]).filter(p=>p[1]!==null);
+  let s=''; const lo=-12, hi=6, y=v=>H-P/2-(Math.min(hi,Math.max(lo,Math.log10(Math.max(v,1e-12))))-lo)/(hi-lo)*(H-P);
+  const x=i=>P+i/Math.max(1,rows.length-1)*(W-P-10);
+  for(let e=lo;e<=hi;e+=3){ s+=`<line x1="${P}" x2="${W-10}" y1="${y(10**e)}" y2="${y(10**e)}" stroke="#eee"/>`+
+     `<text x="2" y="${y(10**e)+4}" font-size="10">1e${e}</text>`; }
+  const color={pass:'#1a7f37',warning:'#bf8700',error:'#cf222e'};
+  for(const p of pts){ s+=`<circle cx="${x(p[0])}" cy="${y(p[1])}" r="2" fill="${color[p[2]]||'#888'}"/>`; }
+  if(D.first_order!==null){ const i=rows.findIndex(r=>r[0]===D.first_order);
+    if(i>=0) s+=`<line x1="${x(i)}" x2="${x(i)}" y1="5" y2="${H-5}" stroke="#cf222e" stroke-dasharray="4"/>`+
+      `<text x="${x(i)+4}" y="14" font-size="11" fill="#cf222e">first divergence</text>`; }
+  s+=`<text x="${P}" y="${H-2}" font-size="10">execution order (forward, then backward) &#8594;  y: max relative error (log)</text>`;
+  svg.innerHTML=s; }
+function table(){ const q=document.getElementById('q').value.toLowerCase(), v=document.getElementById('v').value;
+  let rs=rows.filter(r=>(!v||r[1]===v)&&(!q||r.some(x=>x!==null&&String(x).toLowerCase().includes(q))));
+  rs.sort((a,b)=>{ let x=a[sortCol], y=b[sortCol]; if(x===y) return 0; if(x===null) return 1; if(y===null) return -1;
+    return (x<y?-1:1)*(sortAsc?1:-1); });
+  const shown=rs.slice(0,2000);
+  document.getElementById('n').textContent=`${rs.length} rows`+(rs.length>shown.length?` (first ${shown.length} shown)`:'');
+  let h='<tr>'+cols.map((c,i)=>`<th data-i="${i}">${c}${i===sortCol?(sortAsc?' &#9650;':' &#9660;'):''}</th>`).join('')+'</tr>';
+  for(const r of shown){ h+=`<tr class="${r[1]}">`+r.map(x=>`<td class="${typeof x==='number'?'num':''}">${esc(fmt(x))}</td>`).join('')+'</tr>'; }
+  const t=document.getElementById('t'); t.innerHTML=h;
+  t.querySelectorAll('th').forEach(th=>th.onclick=()=>{ const i=+th.dataset.i; sortAsc=(i===sortCol)?!sortAsc:true; sortCol=i; table(); }); }
+function esc(s){ return s.replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c])); }
+document.getElementById('q').oninput=table; document.getElementById('v').onchange=table;
+chart(); table();
+"""
+
+
+def write_html(result: CompareResult, path: Path) -> None:
+    fd = result.first_divergence
+    esc = html.escape
+    if fd:
+        head = (f"<div class='box'><b class='error'>First divergence:</b> <code>{esc(fd.key)}</code> "
+                f"[{esc(fd.direction)}]{' in <code>' + esc(fd.module) + '</code>' if fd.module else ''}<br>"
+                f"<code>{esc(fd.tensor)}</code>: <b class='{esc(fd.verdict)}'>{esc(fd.verdict)}</b> - {esc(fd.reason)}<br>"
+                f"cause: {esc(fd.cause)}"
+                + (f"<br>source: <code>{esc(fd.source)}</code>" if fd.source else "")
+                + (f"<details><summary>stack</summary><pre>{esc(chr(10).join(fd.stack))}</pre></details>"
+                   if fd.stack else "") + "</div>")
+    else:
+        head = f"<div class='box'>{esc(result.summary().get('first_divergence_note') or 'no divergence')}</div>"
+    c = result.counts
+    counts = ", ".join(f"{k}: {v}" for k, v in c.items())
+    rows = [[_clean(getattr(r, col)) for col in _COLUMNS] for r in result.rows]
+    data = {"columns": _COLUMNS, "rows": rows, "first_order": None}
+    if fd:
+        for r in result.rows:
+            if r.name == fd.tensor and r.step == fd.step and r.rank == fd.rank:
+                data["first_order"] = r.order
+                break
+    payload = json.dumps(data).replace("</", "<\\/")
+    doc = f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>tsprobe compare</title>
+<style>{_STYLE}</style></head><body>
+<h1>tsprobe compare: <span class="{result.verdict}">{result.verdict.upper()}</span></h1>
+{head}
+<div>golden: <code>{esc(result.golden)}</code><br>target: <code>{esc(result.target)}</code><br>{esc(counts)}<br>
+tolerances: <code>{esc(json.dumps(result.tolerances))}</code></div>
+<h2>Error along execution order</h2><svg id="chart" width="980" height="220"></svg>
+<h2>Rows</h2><div>filter <input id="q" size="40" placeholder="text in any column">
+<select id="v"><option value="">all verdicts</option><option>error</option><option>warning</option><option>pass</option></select>
+<span id="n"></span></div>
+<table id="t"></table>
+<script type="application/json" id="data">{payload}</script>
+<script>{_SCRIPT}</script></body></html>"""
+    path.write_text(doc, encoding="utf-8")
