@@ -247,3 +247,43 @@ def test_any_level_of_the_dump_tree_is_accepted(tmp_path, sub):
     write_chain(tmp_path / "t", w_delta=0.01)
     r = run(tmp_path / "g" / sub if sub else tmp_path / "g", tmp_path / "t")
     assert r.first_divergence.key == "Tensor.__add__.0.forward"
+
+
+def _records(tmp_path, name, records, task="statistics"):
+    d = tmp_path / name / "step0" / "rank"
+    d.mkdir(parents=True)
+    (d / "dump.json").write_text(json.dumps({"task": task, "level": "L1", "framework": "pytorch",
+                                             "dump_data_dir": None, "data": records}))
+    return tmp_path / name
+
+
+def test_msprobe_style_edge_summaries(tmp_path):
+    """bool Max/Min as JSON booleans, int Mean/Norm null, empty tensors all-null, 0-d negative Norm."""
+    t = lambda dtype, shape, mx, mn, mean, norm: {"type": "torch.Tensor", "dtype": dtype, "shape": shape,
+                                                   "Max": mx, "Min": mn, "Mean": mean, "Norm": norm,
+                                                   "requires_grad": False}
+    rec = lambda out: {"input_args": [], "input_kwargs": {}, "output": [out]}
+    golden = {"Torch.a.0.forward": rec(t("torch.bool", [4], True, False, None, None)),
+              "Torch.b.0.forward": rec(t("torch.int64", [4], 7, 1, None, None)),
+              "Torch.c.0.forward": rec(t("torch.float32", [0, 3], None, None, None, None)),
+              "Torch.d.0.forward": rec(t("torch.float32", [], -2.5, -2.5, -2.5, -2.5))}
+    target = json.loads(json.dumps(golden))
+    target["Torch.a.0.forward"]["output"][0]["Min"] = True          # all() changed
+    target["Torch.b.0.forward"]["output"][0]["Max"] = 8
+    target["Torch.d.0.forward"]["output"][0].update(Max=-2.50001, Min=-2.50001, Mean=-2.50001, Norm=-2.50001)
+    r = compare(_records(tmp_path, "g", golden), _records(tmp_path, "t", target), verbose=False)
+    v = {row.golden_key: row for row in r.rows}
+    assert v["Torch.a.0.forward"].verdict == "error"
+    assert v["Torch.b.0.forward"].verdict == "error" and v["Torch.b.0.forward"].max_rel_diff == pytest.approx(1 / 7)
+    assert v["Torch.c.0.forward"].verdict == "pass" and "empty" in v["Torch.c.0.forward"].reason
+    assert v["Torch.d.0.forward"].verdict == "pass" and v["Torch.d.0.forward"].norm_rel_diff == pytest.approx(4e-6)
+    assert r.first_divergence.key == "Torch.a.0.forward"
+
+
+def test_package_is_callable_as_ts_core_compare(tmp_path):
+    import ts_core
+    import ts_core.compare  # noqa: F401  (the attribute is now the package)
+    write_chain(tmp_path / "g")
+    write_chain(tmp_path / "t", w_delta=0.01)
+    r = ts_core.compare(tmp_path / "g", tmp_path / "t", verbose=False)
+    assert r.first_divergence.key == "Tensor.__add__.0.forward"

@@ -2,6 +2,9 @@
 
 Importing this package needs only numpy; torch is imported only to read msprobe ``.pt`` files.
 """
+import sys as _sys
+import types as _types
+
 from .api import compare, write_outputs
 from .errors import DumpFormatError, TensorFileError
 from .loader import Dump, DumpUnit, find_dumps
@@ -18,3 +21,14 @@ __all__ = [
     "parse_key", "TensorMetrics", "compare_arrays", "compare_stats", "CompareResult", "FirstDivergence",
     "PairResult", "Row", "DEFAULT_TOLERANCES", "Tolerance", "pick_tolerance",
 ]
+
+
+class _CallableModule(_types.ModuleType):
+    """``ts_core.compare`` names both this package and its main function; once the package
+    is imported the attribute is the package, so calling it runs ``compare``."""
+
+    def __call__(self, golden, target, output_dir=None, **options):
+        return compare(golden, target, output_dir, **options)
+
+
+_sys.modules[__name__].__class__ = _CallableModule

@@ -180,9 +180,9 @@ class StatMetrics:
 
 
 def _num(v: Any) -> Optional[float]:
-    if isinstance(v, bool) or v is None:
+    if v is None:
         return None
-    if isinstance(v, (int, float)):
+    if isinstance(v, (bool, int, float)):  # bool tensors: Max = any(), Min = all()
         return float(v)
     if isinstance(v, str):  # msprobe/json may carry "nan", "inf"
         try:
@@ -203,7 +203,8 @@ def compare_stats(golden: Mapping, target: Mapping) -> StatMetrics:
     if isinstance(shape, list) and all(isinstance(s, int) for s in shape):
         numel = int(np.prod(shape)) if shape else 1
     g_norm = _num(golden.get("Norm"))
-    rms = g_norm / math.sqrt(numel) if (g_norm is not None and numel and math.isfinite(g_norm)) else 0.0
+    # msprobe writes a 0-d tensor's value as its Norm, so it can be negative
+    rms = abs(g_norm) / math.sqrt(numel) if (g_norm is not None and numel and math.isfinite(g_norm)) else 0.0
     diffs, rels, nonfinite = {}, {}, []
     for k in STAT_NAMES:
         g, t = _num(golden.get(k)), _num(target.get(k))
