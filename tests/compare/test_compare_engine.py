@@ -83,6 +83,7 @@ def test_extra_call_that_changes_values_is_the_divergence(tmp_path):
     fd = run(tmp_path / "g", tmp_path / "t").first_divergence
     assert fd.key == "Tensor.__mul__.0.forward" and fd.target_key == "Tensor.__mul__.0.forward"
     assert "only in target" in fd.cause and "Torch.sin.0.forward" in fd.cause
+    assert fd.source.endswith("Tensor.__mul__.0.forward")        # the target's stack for that call
 
 
 def test_statistics_only_dumps_use_statistics_and_say_so(tmp_path):
@@ -287,3 +288,22 @@ def test_package_is_callable_as_ts_core_compare(tmp_path):
     write_chain(tmp_path / "t", w_delta=0.01)
     r = ts_core.compare(tmp_path / "g", tmp_path / "t", verbose=False)
     assert r.first_divergence.key == "Tensor.__add__.0.forward"
+
+
+def test_interrupted_run_is_explained(tmp_path):
+    write_chain(tmp_path / "g")
+    crashed = tmp_path / "t" / "step0" / "rank0"
+    crashed.mkdir(parents=True)
+    (crashed / "journal.jsonl").write_text('{"t": "header", "v": {}}\n')
+    with pytest.raises(DumpFormatError, match="only the journal of an interrupted run"):
+        run(tmp_path / "g", tmp_path / "t")
+
+
+def test_incomplete_dump_is_compared_with_a_warning(tmp_path, capsys):
+    write_chain(tmp_path / "g")
+    t = write_chain(tmp_path / "t")
+    doc = json.loads((t / "dump.json").read_text())
+    doc["incomplete"] = True
+    (t / "dump.json").write_text(json.dumps(doc))
+    r = compare(tmp_path / "g", tmp_path / "t")
+    assert r.pairs[0].warnings and "incomplete" in capsys.readouterr().out

@@ -88,7 +88,8 @@ def _describe_inputs(rows: List[Row]) -> str:
         elif r.role == PARAMETER:
             parts.append(f"{r.arg} (a parameter)")
         else:
-            parts.append(f"{r.arg} (not produced by any earlier recorded call)")
+            parts.append(f"{r.arg} (not produced by any earlier recorded call: a parameter, a model input "
+                         f"or the result of an op the dump does not record)")
     return ", ".join(parts)
 
 
@@ -99,15 +100,12 @@ def _worst(rows: List[Row]) -> Row:
 
 def _build(cp, out_rows: List[Row], cause: str, gd: Dump, td: Dump, step, rank) -> FirstDivergence:
     worst = _worst(out_rows)
-    key = cp.key
-    stack = gd.stacks.get(forward_key(key)) or gd.stacks.get(key) or []
-    if not stack and cp.target is not None:
-        stack = td.stacks.get(forward_key(cp.target.key)) or td.stacks.get(cp.target.key) or []
-    module = gd.construct.get(key) if cp.golden else td.construct.get(key)
-    if module is None and cp.target is not None:
-        module = td.construct.get(cp.target.key)
+    sides = [(c, d) for c, d in ((cp.golden, gd), (cp.target, td)) if c is not None]
+    # a backward call has no stack of its own: use its forward call's
+    stack = next((s for c, d in sides for s in (d.stacks.get(forward_key(c.key)), d.stacks.get(c.key)) if s), [])
+    module = next((d.construct[c.key] for c, d in sides if d.construct.get(c.key)), None)
     return FirstDivergence(
-        key=key, target_key=cp.target.key if cp.target else None, direction=cp.direction,
+        key=cp.key, target_key=cp.target.key if cp.target else None, direction=cp.direction,
         tensor=worst.name, verdict=worst.verdict, reason=worst.reason, cause=cause,
         metrics=worst.metrics(), stack=list(stack), source=user_frame(list(stack)),
         module=str(module) if module else None, step=step, rank=rank,
@@ -115,15 +113,15 @@ def _build(cp, out_rows: List[Row], cause: str, gd: Dump, td: Dump, step, rank) 
 
 
 def _unmatched_divergence(src, consumer, row: Row, gd: Dump, td: Dump, step, rank) -> FirstDivergence:
+    """The extra call (present on one side only) whose output feeds a differing input."""
     side = "golden" if src.golden is not None else "target"
     call = src.golden or src.target
     outs = [r for r in src.rows if r.role == OUTPUT] or src.rows
-    fd = _build(src, outs, "", gd if side == "golden" else td, td if side == "golden" else gd, step, rank)
+    cause = (f"{call.key} runs only in {side} and changes what {consumer.key} receives: "
+             f"{row.arg} differs from there on")
+    fd = _build(src, outs, cause, gd, td, step, rank)
     fd.verdict = ERROR
     fd.reason = f"call present only in {side}; its output feeds {consumer.key} ({row.arg}), which differs"
-    fd.cause = (f"{call.key} runs only in {side} and changes what {consumer.key} receives: "
-                f"{row.arg} differs from there on")
-    fd.tensor = outs[0].name if outs else call.key
     return fd
 
 

@@ -19,6 +19,7 @@ from .errors import DumpFormatError, TensorFileError
 from .matching import BACKWARD, FORWARD, parse_key
 
 DUMP_JSON = "dump.json"
+JOURNAL = "journal.jsonl"        # what a tsprobe run leaves when killed before stop()
 TENSOR_DIR = "dump_tensor_data"
 _STEP = re.compile(r"^step(\d+)$")
 _RANK = re.compile(r"^(rank\d*|proc\d+)$")
@@ -59,13 +60,19 @@ def find_dumps(path: os.PathLike | str) -> List[DumpUnit]:
     if p.is_file():
         return [_unit_for(p)]
     found: List[Path] = []
-    level = [p]
+    level, seen = [p], []
     for _ in range(4):  # root / step / rank / dump.json, without walking tensor folders
         found = [d / DUMP_JSON for d in level if (d / DUMP_JSON).is_file()]
         if found:
             break
+        seen += level
         level = sorted(c for d in level for c in _subdirs(d))
+    level = seen + level
     if not found:
+        journals = [d / JOURNAL for d in level if (d / JOURNAL).is_file()]
+        if journals:
+            raise DumpFormatError(f"{journals[0].parent}: holds no {DUMP_JSON}, only the journal of an interrupted "
+                                  f"run; rebuild it first (tsprobe recover {journals[0].parent})")
         raise DumpFormatError(f"{p}: holds no dump (expected step*/rank*/{DUMP_JSON} below it)")
     units = [_unit_for(f) for f in found]
     return sorted(units, key=lambda u: (u.step if u.step is not None else -1, _rank_order(u.rank)))
@@ -190,6 +197,7 @@ class Dump:
         self.framework: str = str(doc.get("framework") or "")
         self.data_dir: Optional[str] = doc.get("dump_data_dir") if isinstance(doc.get("dump_data_dir"), str) else None
         self.data: Dict[str, Any] = doc["data"]
+        self.incomplete = bool(doc.get("incomplete"))
         self._stack: Optional[Dict[str, List[str]]] = None
         self._construct: Optional[Dict[str, Any]] = None
 
@@ -257,7 +265,10 @@ def load_tensor_file(path: Path) -> np.ndarray:
 def _load_pt(path: Path) -> np.ndarray:
     import torch  # only msprobe's .pt files need it
 
-    t = torch.load(path, map_location="cpu", weights_only=True)
+    try:  # memory-mapped where the file format allows: a large tensor is not read twice
+        t = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError:
+        t = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(t, torch.Tensor):
         raise TensorFileError(f"{path}: holds {type(t).__name__}, not a tensor")
     t = t.detach()

@@ -61,14 +61,16 @@ def terminal_text(result: CompareResult, max_rows: int = 12) -> str:
         lines.append(result.summary().get("first_divergence_note") or "no call introduced an error")
     bad = [r for r in result.rows if r.verdict != PASS][:max_rows]
     if bad:
-        header = f"{'verdict':<8} {'dir':<8} {'tensor':<58} {'cosine':>9} {'max_abs':>10} {'max_rel':>10}"
+        header = f"{'verdict':<8} {'dir':<8} {'tensor':<58} {'cosine':>9} {'max_abs':>10} {'rel_err':>10}"
         lines += ["", header, "-" * len(header)]
         for r in bad:
             lines.append(f"{r.verdict:<8} {r.direction:<8} {_short(r.name, 58):<58} {_fmt(r.cosine, '.6f'):>9} "
-                         f"{_fmt(r.max_abs_err):>10} {_fmt(r.max_rel_err if r.max_rel_err is not None else r.max_rel_diff):>10}")
+                         f"{_fmt(r.max_abs_err):>10} {_fmt(r.error_measure):>10}")
         more = sum(1 for r in result.rows if r.verdict != PASS) - len(bad)
         if more > 0:
             lines.append(f"... {more} more non-passing rows")
+    for p in result.pairs:
+        lines.extend(f"warning: {w}" for w in p.warnings)
     if result.unpaired_golden or result.unpaired_target:
         lines.append(f"unpaired dumps: golden {result.unpaired_golden}, target {result.unpaired_target}")
     if result.report_path:

@@ -71,6 +71,15 @@ class Row:
     target_value: Any = None
 
     @property
+    def error_measure(self) -> Optional[float]:
+        """One number for "how far off": max relative error, or the worst statistic's relative diff."""
+        if self.max_rel_err is not None:
+            return self.max_rel_err
+        rels = [v for v in (self.max_rel_diff, self.min_rel_diff, self.mean_rel_diff, self.norm_rel_diff)
+                if v is not None]
+        return max(rels) if rels else None
+
+    @property
     def failed(self) -> bool:
         """A numerical (or argument-value) difference, as opposed to a structural one."""
         return self.verdict != PASS and self.mode in ("tensor", "statistics", "md5", "value")
@@ -134,10 +143,11 @@ class PairResult:
     note: str
     counts: Dict[str, int] = field(default_factory=dict)
     modes: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
 
     def to_dict(self, with_rows: bool = False) -> dict:
         d = {"step": self.step, "rank": self.rank, "golden": self.golden, "target": self.target,
-             "counts": self.counts, "modes": self.modes, "note": self.note,
+             "counts": self.counts, "modes": self.modes, "note": self.note, "warnings": self.warnings,
              "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None}
         if with_rows:
             d["rows"] = [r.to_dict() for r in self.rows]
