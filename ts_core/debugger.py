@@ -103,6 +103,7 @@ class PrecisionDebugger:
         last = self.config.last_step
         if last is not None and self.current_step > last and self._backend is not None:
             self._backend.close()       # nothing left to collect: restore everything now
+            self._collector.shutdown()
 
     def set_init_step(self, step: int) -> None:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -117,6 +118,7 @@ class PrecisionDebugger:
         self._close_step()
         if self._backend is not None:
             self._backend.close()
+            self._collector.shutdown()
         self._closed = True
         if PrecisionDebugger._current is self:
             PrecisionDebugger._current = None

@@ -53,8 +53,8 @@ def test_module_and_api_backward_equal_autograd(dump_root):
     np.testing.assert_array_equal(got[2], ref_param_grads[2].numpy())
 
     pg = data["Module.fc1.Linear.parameters_grad.0"]
-    np.testing.assert_array_equal(_npy(rank_dir, pg["weight"]), model.fc1.weight.grad.numpy())
-    np.testing.assert_array_equal(_npy(rank_dir, pg["weight"]), ref_param_grads[0].numpy())
+    np.testing.assert_array_equal(_npy(rank_dir, pg["weight"][0]), model.fc1.weight.grad.numpy())
+    np.testing.assert_array_equal(_npy(rank_dir, pg["weight"][0]), ref_param_grads[0].numpy())
 
 
 def test_inplace_ops_record_inputs_before_mutation_and_keep_backward(dump_root):

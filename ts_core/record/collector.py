@@ -8,6 +8,7 @@ happens in one batch every ``FLUSH_RECORDS`` tensors or ``FLUSH_SECONDS``.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
@@ -20,7 +21,7 @@ from .stack import StackRecorder
 from .summary import Summarizer, TensorAdapter
 
 FLUSH_RECORDS = 512
-FLUSH_SECONDS = 0.5
+FLUSH_SECONDS = 0.5     # a record reaches the journal at most ~this long after it was collected
 
 
 class Call:
@@ -51,6 +52,9 @@ class Collector:
         self._pending: List[Tuple[DumpDir, str, dict]] = []
         self._last_flush = time.monotonic()
         self._late_warned = False
+        self._write_warned = [False]        # one warning per debugger, not per step folder
+        self._flush_lock = threading.Lock()
+        self._idle_flusher: Optional[_IdleFlusher] = None
         self.dump_dirs: List[str] = []
         w = cfg.wants
         self.want = {(d, p): w(d, p) for d in (FORWARD, BACKWARD) for p in ("input", "output")}
@@ -64,7 +68,9 @@ class Collector:
         header = {"task": self.cfg.task, "level": self.cfg.level, "framework": self.adapter.framework}
         tensor_mode = self.cfg.task == "tensor"
         self.dump = DumpDir(path, header, tensor_to_numpy=self.adapter.to_numpy if tensor_mode else None,
-                            raise_on_error=self.cfg.on_write_error == "raise")
+                            raise_on_error=self.cfg.on_write_error == "raise", warned=self._write_warned)
+        if self._idle_flusher is None:
+            self._idle_flusher = _IdleFlusher(self)
         self.summ.save_tensor = self.dump.save_tensor if tensor_mode else None
         self.counter.reset()
         self.scope.reset()
@@ -85,6 +91,13 @@ class Collector:
             self.dump.close()
             self.dump = None
         self.module_stack.clear()
+
+    def shutdown(self) -> None:
+        """No more steps: stop the idle flusher thread."""
+        self.close_step()
+        if self._idle_flusher is not None:
+            self._idle_flusher.stop()
+            self._idle_flusher = None
 
     # -- calls --------------------------------------------------------------------------
     def begin(self, base: str, is_module: bool) -> Call:
@@ -151,7 +164,7 @@ class Collector:
         self._construct(dump, call.bwd_key, call.parent.bwd_key if call.parent else None)
 
     def params_grad(self, base: str, rec: Dict[str, Any], index: int = 0) -> None:
-        """``Module.x.Linear.parameters_grad.N`` -> {param name: summary} (summaries made by the backend)."""
+        """``Module.x.Linear.parameters_grad.N`` -> {param name: [summary]} (summaries made by the backend)."""
         key = params_grad_key(base, index)
         if self.dump is None or not self.want[BACKWARD, "output"]:
             return
@@ -176,18 +189,48 @@ class Collector:
             dump.add_construct(key, parent)
 
     def flush(self) -> None:
-        self.summ.resolve()
-        pending, self._pending = self._pending, []
-        dumps: Dict[int, DumpDir] = {}
-        for dump, key, rec in pending:
-            dump.add_record(key, rec)
-            dumps[id(dump)] = dump
-        for dump in dumps.values():
-            dump.flush()
-        self._last_flush = time.monotonic()
+        with self._flush_lock:
+            n = len(self._pending)      # records appended meanwhile (another thread) stay queued
+            self.summ.resolve()         # covers every record among the first n
+            dumps: Dict[int, DumpDir] = {}
+            for dump, key, rec in self._pending[:n]:
+                dump.add_record(key, rec)
+                dumps[id(dump)] = dump
+            del self._pending[:n]
+            for dump in dumps.values():
+                dump.flush()
+            self._last_flush = time.monotonic()
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._pending)
 
     def _late(self, key: str) -> None:
         if not self._late_warned:
             self._late_warned = True
             warnings.warn(f"tsprobe: gradient for {key} arrived after its step was closed and was not "
                           "recorded; call debugger.step() after loss.backward().", RuntimeWarning, stacklevel=3)
+
+
+class _IdleFlusher(threading.Thread):
+    """Flushes records that would otherwise wait for the next call: a run that hangs (a stuck
+    collective) and is then killed still has everything collected up to ~1 s before."""
+
+    def __init__(self, collector: Collector):
+        super().__init__(name="tsprobe-idle-flush", daemon=True)
+        self.collector = collector
+        self._stop_event = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        col = self.collector
+        while not self._stop_event.wait(FLUSH_SECONDS / 2):
+            if col.has_pending and time.monotonic() - col._last_flush > FLUSH_SECONDS:
+                try:
+                    col.flush()
+                except Exception:   # never let the helper thread kill the process
+                    pass
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()

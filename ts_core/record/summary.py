@@ -18,6 +18,8 @@ class TensorAdapter(Protocol):
     def meta(self, tensor: Any) -> dict:
         """type, dtype, shape (host-known, no sync)."""
 
+    def requires_grad(self, tensor: Any) -> bool: ...
+
     def stats(self, tensor: Any) -> Any:
         """A device-side handle for [max, min, mean, norm] or None (empty / no numbers)."""
 
@@ -73,30 +75,31 @@ class Summarizer:
 
     def tensor(self, t: Any, name: str) -> dict:
         ad = self.adapter
-        out = ad.meta(t)
+        out = ad.meta(t)                    # field order as msprobe writes it
+        handle = ad.stats(t)
+        out.update(Max=None, Min=None, Mean=None, Norm=None)
+        if handle is not None:
+            self.pending.append((out, handle, out["dtype"]))   # filled by resolve()
+        out["requires_grad"] = ad.requires_grad(t)
+        if self.md5:
+            out["md5"] = ad.crc32(t)
         if self.save_tensor is not None:
             file_name = f"{name}.npy"
             out["data_name"] = file_name
             self.save_tensor(file_name, ad.snapshot(t))
-        handle = ad.stats(t)
-        if handle is None:
-            out.update(Max=None, Min=None, Mean=None, Norm=None)
-        else:
-            out.update(Max=0, Min=0, Mean=0, Norm=0)   # filled by resolve()
-            self.pending.append((out, handle, out["dtype"]))
-        if self.md5:
-            out["md5"] = ad.crc32(t)
         return out
 
     def resolve(self) -> None:
         """Fill every pending statistic with one host transfer."""
-        if not self.pending:
+        n = len(self.pending)          # entries appended meanwhile (another thread) stay queued
+        if not n:
             return
-        pending, self.pending = self.pending, []
+        pending = self.pending[:n]
         values = self.adapter.stats_to_host([h for _, h, _ in pending])
         for (out, _, dtype), row in zip(pending, values):
             for field, v in zip(STAT_FIELDS, row):
                 out[field] = _typed(v, dtype, field)
+        del self.pending[:n]
 
 
 def _plain(v: Any) -> Any:

@@ -20,7 +20,7 @@ TENSOR_DIR = "dump_tensor_data"
 
 class DumpDir:
     def __init__(self, path: str, header: Dict[str, Any], *, tensor_to_numpy=None,
-                 raise_on_error: bool = False):
+                 raise_on_error: bool = False, warned: Optional[List[bool]] = None):
         self.path = path
         self.header = dict(header)       # task, level, framework
         self.raise_on_error = raise_on_error
@@ -28,7 +28,7 @@ class DumpDir:
         self.construct: Dict[str, Optional[str]] = {}
         self.stacks: Dict[int, Tuple[List[str], List[str]]] = {}
         self.incomplete = False
-        self._warned = False
+        self._warned = warned if warned is not None else [False]    # shared: warn once per run
         self._journal: Optional[Journal] = None
         self._tensors: Optional[TensorFileWriter] = None
         self.tensor_dir: Optional[str] = None
@@ -125,8 +125,8 @@ class DumpDir:
         self.incomplete = True
         if self.raise_on_error:
             raise DumpWriteError(f"tsprobe could not write the dump in {self.path}: {exc}") from exc
-        if not self._warned:
-            self._warned = True
+        if not self._warned[0]:
+            self._warned[0] = True
             warnings.warn(f"tsprobe: writing the dump in {self.path} failed ({exc}); the dump is "
                           "marked incomplete and training goes on. Free space or fix permissions, "
                           "or set on_write_error: raise to stop instead.", RuntimeWarning, stacklevel=2)

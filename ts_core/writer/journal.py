@@ -24,10 +24,11 @@ class Journal:
 
     def flush(self) -> None:
         """One write() per flush: the OS has the bytes even if the process is killed next."""
-        if not self._buf:
+        n = len(self._buf)             # lines appended meanwhile stay for the next flush
+        if not n:
             return
-        data = ("\n".join(self._buf) + "\n").encode("utf-8")
-        self._buf.clear()
+        data = ("\n".join(self._buf[:n]) + "\n").encode("utf-8")
+        del self._buf[:n]
         view = memoryview(data)
         while view:
             n = os.write(self._fd, view)

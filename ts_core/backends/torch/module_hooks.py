@@ -95,8 +95,8 @@ class ModuleHooks:
         if col.dump is None or param.grad is None:
             return
         with internal():
-            summary = col.summ.summarize(param.grad, f"{base}.parameters_grad.{pname}")
-            self.param_grads.setdefault(base, {})[pname] = summary
+            summary = col.summ.summarize(param.grad, f"{base}.parameters_grad.0.{pname}")
+            self.param_grads.setdefault(base, {})[pname] = [summary]     # msprobe: a one-element list
 
     def emit_param_grads(self) -> None:
         """One ``parameters_grad`` record per module with gradients this step."""

@@ -8,6 +8,8 @@ from typing import Any, List, Optional
 import numpy as np
 import torch
 
+from ._depth import internal
+
 _FLOATS = {torch.float16, torch.bfloat16, torch.float32}
 
 
@@ -18,8 +20,10 @@ class TorchAdapter:
         return isinstance(value, torch.Tensor)
 
     def meta(self, t: torch.Tensor) -> dict:
-        return {"type": "torch.Tensor", "dtype": str(t.dtype), "shape": list(t.shape),
-                "requires_grad": t.requires_grad}
+        return {"type": "torch.Tensor", "dtype": str(t.dtype), "shape": list(t.shape)}
+
+    def requires_grad(self, t: torch.Tensor) -> bool:
+        return t.requires_grad
 
     def stats(self, t: torch.Tensor) -> Optional[torch.Tensor]:
         if t.numel() == 0 or t.is_meta:
@@ -44,6 +48,10 @@ class TorchAdapter:
             return torch.stack((mx.double(), mn.double(), f.mean(), torch.linalg.vector_norm(f)))
 
     def stats_to_host(self, handles: List[torch.Tensor]) -> List[List[Optional[float]]]:
+        with internal():     # may run on the idle-flush thread, where wrapped APIs would record
+            return self._stats_to_host(handles)
+
+    def _stats_to_host(self, handles: List[torch.Tensor]) -> List[List[Optional[float]]]:
         by_device: dict = {}
         for i, h in enumerate(handles):
             by_device.setdefault(h.device, []).append(i)
@@ -62,11 +70,12 @@ class TorchAdapter:
         return t.detach().to("cpu", copy=True)
 
     def to_numpy(self, t: torch.Tensor) -> np.ndarray:
-        if t.dtype == torch.bfloat16:
-            t = t.float()    # numpy has no bfloat16; dump.json keeps the true dtype
-        if t.is_conj():
-            t = t.resolve_conj()
-        return t.numpy()
+        with internal():     # runs on the tensor-writer thread
+            if t.dtype == torch.bfloat16:
+                t = t.float()    # numpy has no bfloat16; dump.json keeps the true dtype
+            if t.is_conj():
+                t = t.resolve_conj()
+            return t.numpy()
 
     def describe_other(self, value: Any) -> Optional[dict]:
         if isinstance(value, torch.dtype):
