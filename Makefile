@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml $(CONSTR) Makefile
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m ts_core.demo
+	$(BIN)/python recipes/demo.py
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -40,7 +40,8 @@ def tiny_gpt2(seed: int = 0):
 
     torch.manual_seed(seed)
     cfg = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=97, n_positions=32,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+                     loss_type="ForCausalLMLoss")
     model = GPT2LMHeadModel(cfg)
     model.train()
     return model
