@@ -307,3 +307,20 @@ def test_incomplete_dump_is_compared_with_a_warning(tmp_path, capsys):
     (t / "dump.json").write_text(json.dumps(doc))
     r = compare(tmp_path / "g", tmp_path / "t")
     assert r.pairs[0].warnings and "incomplete" in capsys.readouterr().out
+
+
+def test_no_matching_step_is_an_error(tmp_path):
+    write_chain(tmp_path / "g", step=0, rank="rank0")
+    write_chain(tmp_path / "g", step=1, rank="rank0")
+    write_chain(tmp_path / "t", step=2, rank="rank0")
+    write_chain(tmp_path / "t", step=3, rank="rank0")
+    with pytest.raises(DumpFormatError, match="nothing to compare.*step0/rank0, step1/rank0.*step2/rank0"):
+        run(tmp_path / "g", tmp_path / "t")
+
+
+def test_unpicklable_normaliser_runs_in_process(tmp_path):
+    for rank in ("rank0", "rank1"):
+        write_chain(tmp_path / "g", rank=rank)
+        write_chain(tmp_path / "t", rank=rank)
+    r = run(tmp_path / "g", tmp_path / "t", workers=2, normalise=lambda k: k.rsplit(".", 2)[0])
+    assert len(r.pairs) == 2 and r.first_divergence is None

@@ -134,3 +134,24 @@ def test_tolerance_follows_dtype_and_overrides():
     assert pick_tolerance("torch.int64", "torch.int64").atol == 0.0
     tol = pick_tolerance("torch.float16", "torch.float16", rtol=0.5)
     assert (tol.rtol, tol.atol, tol.stat_rtol) == (0.5, 1e-3, 0.5)
+
+
+def test_memory_mapped_pair_is_compared_with_bounded_memory(tmp_path):
+    """A pair is never loaded whole: peak allocation stays below one array's size."""
+    import tracemalloc
+    n = 4_000_000
+    for name, scale in (("g", 1.0), ("t", 1.00001)):
+        a = np.lib.format.open_memmap(tmp_path / f"{name}.npy", mode="w+", dtype=np.float32, shape=(n,))
+        a[:] = np.arange(n, dtype=np.float32) * np.float32(scale)
+        a.flush()
+        del a
+    g = np.load(tmp_path / "g.npy", mmap_mode="r")
+    t = np.load(tmp_path / "t.npy", mmap_mode="r")
+    tracemalloc.start()
+    try:
+        m = compare_arrays(g, t, 1e-4, 1e-5, chunk=1 << 16)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert m.numel == n and m.allclose_ratio == 1.0
+    assert peak < g.nbytes            # 16 MB of float32; a float64 copy would be 32 MB

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, Optional
 
 from .engine import Options, compare_pair
+from .errors import DumpFormatError
 from .html import write_html
 from .loader import find_dumps, pair_units
 from .matching import default_normalise
@@ -31,7 +33,12 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
     """
     opts = Options(rtol=rtol, atol=atol, stats_only=stats_only, equal_nan=equal_nan, normalise=normalise)
     pairs, lone_g, lone_t = pair_units(find_dumps(golden), find_dumps(target))
+    if not pairs:
+        raise DumpFormatError(f"nothing to compare: no step/rank of {golden} ({_labels(lone_g)}) matches one "
+                              f"of {target} ({_labels(lone_t)})")
     n_workers = min(len(pairs), workers or os.cpu_count() or 1)
+    if n_workers > 1 and not _picklable(opts):  # e.g. a lambda as normaliser: stay in this process
+        n_workers = 1
     if n_workers > 1:
         with ProcessPoolExecutor(max_workers=n_workers) as pool:
             futures = [pool.submit(compare_pair, g, t, opts, False) for g, t in pairs]
@@ -53,6 +60,18 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
     if verbose:
         print(terminal_text(result), file=sys.stdout)
     return result
+
+
+def _labels(units) -> str:
+    return ", ".join(u.label for u in units)
+
+
+def _picklable(obj) -> bool:
+    try:
+        pickle.dumps(obj)
+        return True
+    except Exception:
+        return False
 
 
 def write_outputs(result: CompareResult, out: Path, html: bool = True) -> None:

@@ -5,10 +5,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-import numpy as np
-
 from .errors import TensorFileError
-from .loader import INPUT, OUTPUT, Call, Dump, DumpUnit, Entry, is_tensor_summary
+from .loader import OUTPUT, Call, Dump, DumpUnit, Entry, is_tensor_summary
 from .matching import BACKWARD, FORWARD, OTHER, align, default_normalise
 from .metrics import STAT_NAMES, compare_arrays, compare_stats, has_stats
 from .result import PairResult, Row, count_rows

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from .errors import DumpFormatError, TensorFileError
-from .matching import BACKWARD, FORWARD, parse_key
+from .matching import parse_key
 
 DUMP_JSON = "dump.json"
 JOURNAL = "journal.jsonl"        # what a tsprobe run leaves when killed before stop()
@@ -60,16 +60,15 @@ def find_dumps(path: os.PathLike | str) -> List[DumpUnit]:
     if p.is_file():
         return [_unit_for(p)]
     found: List[Path] = []
-    level, seen = [p], []
+    level, visited = [p], []
     for _ in range(4):  # root / step / rank / dump.json, without walking tensor folders
         found = [d / DUMP_JSON for d in level if (d / DUMP_JSON).is_file()]
         if found:
             break
-        seen += level
+        visited += level
         level = sorted(c for d in level for c in _subdirs(d))
-    level = seen + level
     if not found:
-        journals = [d / JOURNAL for d in level if (d / JOURNAL).is_file()]
+        journals = [d / JOURNAL for d in visited + level if (d / JOURNAL).is_file()]
         if journals:
             raise DumpFormatError(f"{journals[0].parent}: holds no {DUMP_JSON}, only the journal of an interrupted "
                                   f"run; rebuild it first (tsprobe recover {journals[0].parent})")
@@ -78,7 +77,7 @@ def find_dumps(path: os.PathLike | str) -> List[DumpUnit]:
     return sorted(units, key=lambda u: (u.step if u.step is not None else -1, _rank_order(u.rank)))
 
 
-def _subdirs(d: Path) -> Iterator[Path]:
+def _subdirs(d: Path) -> List[Path]:
     try:
         return [c for c in d.iterdir() if c.is_dir() and c.name != TENSOR_DIR]
     except OSError:
