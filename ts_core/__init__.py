@@ -15,11 +15,21 @@ __all__ = ["PrecisionDebugger", "seed_all", "compare", "compare_npy_dir", "Confi
 
 
 def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> None:
-    """Fix Python, numpy and torch randomness; `mode` enables deterministic kernels;
-    `rm_dropout` turns dropout off (msprobe seed_all)."""
-    from .backends.torch.seed import seed_all as _seed_all
+    """Fix Python, numpy and framework randomness (torch and/or MindSpore, whichever is
+    imported; torch when neither is); `mode` enables deterministic kernels; `rm_dropout` turns
+    dropout off (msprobe seed_all)."""
+    import sys
 
-    _seed_all(seed, mode, rm_dropout)
+    seeded = False
+    if "mindspore" in sys.modules:
+        from .backends.mindspore.seed import seed_all as _ms_seed_all
+
+        _ms_seed_all(seed, mode, rm_dropout)
+        seeded = True
+    if "torch" in sys.modules or not seeded:
+        from .backends.torch.seed import seed_all as _torch_seed_all
+
+        _torch_seed_all(seed, mode, rm_dropout)
 
 
 def __getattr__(name: str) -> Any:

@@ -34,5 +34,7 @@ def load_backend(framework: str):
 
         return TorchBackend
     if framework == "mindspore":
-        raise NotImplementedError("the MindSpore backend is not available yet in this version")
+        from .mindspore import MindSporeBackend
+
+        return MindSporeBackend
     raise ValueError(f"unknown framework {framework!r}")
