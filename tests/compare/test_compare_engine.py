@@ -324,3 +324,18 @@ def test_unpicklable_normaliser_runs_in_process(tmp_path):
         write_chain(tmp_path / "t", rank=rank)
     r = run(tmp_path / "g", tmp_path / "t", workers=2, normalise=lambda k: k.rsplit(".", 2)[0])
     assert len(r.pairs) == 2 and r.first_divergence is None
+
+
+def test_source_line_is_the_innermost_frame_outside_frameworks_and_tools():
+    from ts_core.compare.divergence import user_frame
+    frames = ["File /v/lib/python3.11/site-packages/torch/nn/functional.py, line 2900, in layer_norm, \n return x",
+              "File /v/lib/python3.11/site-packages/msprobe/core/hook.py, line 5, in hook, \n y",
+              "File /v/lib/python3.11/site-packages/transformers/models/gpt2/modeling_gpt2.py, line 400, in forward, "
+              "\n hidden_states = self.ln_2(hidden_states)",
+              "File /home/u/train.py, line 16, in <module>, \n loss = model(x)"]
+    assert user_frame(frames) == ("/v/lib/python3.11/site-packages/transformers/models/gpt2/modeling_gpt2.py:400 "
+                                  "in forward: hidden_states = self.ln_2(hidden_states)")
+    assert user_frame(list(reversed(frames))).startswith("/v/lib/python3.11/site-packages/transformers")  # outermost first
+    assert user_frame(["File /usr/lib/python3.11/contextlib.py, line 3, in f, \n x",
+                       "File /home/u/a.py, line 2, in <module>, \n y"]) == "/home/u/a.py:2 in <module>: y"
+    assert user_frame([]) is None

@@ -10,7 +10,6 @@ extra call is the divergence.
 """
 from __future__ import annotations
 
-import os
 import re
 from typing import Dict, List, Optional, Tuple
 
@@ -20,8 +19,10 @@ from .result import FirstDivergence, Row
 from .verdict import ERROR
 
 _FRAME = re.compile(r"File (?P<file>.+?), line (?P<line>\d+), in (?P<func>.+?),\s*(?P<code>.*)", re.S)
-_LIBRARY = ("site-packages", "dist-packages", f"{os.sep}ts_core{os.sep}", f"{os.sep}msprobe{os.sep}",
-            "<frozen", f"{os.sep}lib{os.sep}python3")
+# Frames that never are "the user's line": the frameworks, the dump tools, the standard library.
+# Model code in site-packages (transformers, ...) does count: it is where the op was called.
+_LIBRARY = re.compile(r"[/\\](torch|mindspore|msprobe|ts_core|ts_integrations)[/\\]|<frozen|"
+                      r"[/\\]lib[/\\]python3\.\d+[/\\](?!site-packages|dist-packages)")
 
 
 def fingerprint(leaf) -> Optional[tuple]:
@@ -35,7 +36,8 @@ def fingerprint(leaf) -> Optional[tuple]:
 
 
 def user_frame(frames: List[str]) -> Optional[str]:
-    """The innermost frame outside libraries (torch, msprobe, tsprobe, stdlib), as 'file:line in func: code'."""
+    """The innermost frame outside torch/mindspore, msprobe, tsprobe and the standard library,
+    as 'file:line in func: code'."""
     if not frames:
         return None
     ordered = list(frames)
@@ -47,7 +49,7 @@ def user_frame(frames: List[str]) -> Optional[str]:
         parsed.append((f, m))
     for f, m in parsed:
         path = m.group("file") if m else f
-        if not any(s in path for s in _LIBRARY):
+        if not _LIBRARY.search(path):
             if m:
                 return f"{m.group('file')}:{m.group('line')} in {m.group('func')}: {m.group('code').strip()}"
             return f.strip()
