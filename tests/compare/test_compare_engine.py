@@ -339,3 +339,14 @@ def test_source_line_is_the_innermost_frame_outside_frameworks_and_tools():
     assert user_frame(["File /usr/lib/python3.11/contextlib.py, line 3, in f, \n x",
                        "File /home/u/a.py, line 2, in <module>, \n y"]) == "/home/u/a.py:2 in <module>: y"
     assert user_frame([]) is None
+
+
+def test_html_keeps_every_failing_row_when_the_table_is_capped(tmp_path):
+    from ts_core.compare.html import _select_rows
+    from ts_core.compare.result import Row
+    rows = [Row(0, "rank", i, "forward", f"K.{i}", f"K.{i}", "output", "output.0", f"K.{i}.output.0", "tensor",
+                verdict="error" if i % 97 == 0 else "pass") for i in range(5000)]
+    kept = _select_rows(rows, 300)
+    assert len(kept) == 300
+    assert [r.order for r in kept] == sorted(r.order for r in kept)
+    assert {r.order for r in rows if r.verdict == "error"} <= {r.order for r in kept}

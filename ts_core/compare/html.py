@@ -5,8 +5,10 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
+from typing import List
 
-from .result import CompareResult, _clean
+from .result import CompareResult, Row, _clean
+from .verdict import PASS
 
 _COLUMNS = ["order", "verdict", "direction", "name", "target_key", "mode", "golden_dtype", "target_dtype",
             "golden_shape", "target_shape", "cosine", "max_abs_err", "mean_abs_err", "max_rel_err",
@@ -64,7 +66,19 @@ chart(); table();
 """
 
 
-def write_html(result: CompareResult, path: Path) -> None:
+def _select_rows(rows: List[Row], max_rows: int) -> List[Row]:
+    """Keep a browser-sized table: all non-passing rows first, then evenly spaced passing ones."""
+    if len(rows) <= max_rows:
+        return rows
+    bad = [i for i, r in enumerate(rows) if r.verdict != PASS][:max_rows]
+    good = [i for i, r in enumerate(rows) if r.verdict == PASS]
+    room = max_rows - len(bad)
+    step = len(good) / room if room > 0 else 0
+    sampled = [good[int(k * step)] for k in range(room)] if room > 0 else []
+    return [rows[i] for i in sorted(bad + sampled)]
+
+
+def write_html(result: CompareResult, path: Path, max_rows: int = 20000) -> None:
     fd = result.first_divergence
     esc = html.escape
     if fd:
@@ -79,7 +93,11 @@ def write_html(result: CompareResult, path: Path) -> None:
         head = f"<div class='box'>{esc(result.summary().get('first_divergence_note') or 'no divergence')}</div>"
     c = result.counts
     counts = ", ".join(f"{k}: {v}" for k, v in c.items())
-    rows = [[_clean(getattr(r, col)) for col in _COLUMNS] for r in result.rows]
+    kept = _select_rows(result.rows, max_rows)
+    shown = "" if len(kept) == len(result.rows) else (
+        f"<p>Showing {len(kept)} of {len(result.rows)} rows (every non-passing row, passing ones sampled); "
+        f"compare.csv has them all.</p>")
+    rows = [[_clean(getattr(r, col)) for col in _COLUMNS] for r in kept]
     data = {"columns": _COLUMNS, "rows": rows, "first_order": None}
     if fd:
         for r in result.rows:
@@ -94,7 +112,7 @@ def write_html(result: CompareResult, path: Path) -> None:
 <div>golden: <code>{esc(result.golden)}</code><br>target: <code>{esc(result.target)}</code><br>{esc(counts)}<br>
 tolerances: <code>{esc(json.dumps(result.tolerances))}</code></div>
 <h2>Error along execution order</h2><svg id="chart" width="980" height="220"></svg>
-<h2>Rows</h2><div>filter <input id="q" size="40" placeholder="text in any column">
+<h2>Rows</h2>{shown}<div>filter <input id="q" size="40" placeholder="text in any column">
 <select id="v"><option value="">all verdicts</option><option>error</option><option>warning</option><option>pass</option></select>
 <span id="n"></span></div>
 <table id="t"></table>
