@@ -30,6 +30,15 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> 
         remove_dropout()
 
 
+def restore_dropout() -> None:
+    """Undo ``remove_dropout``."""
+    F = torch.nn.functional
+    for name in _DROPOUTS:
+        fn = getattr(F, name, None)
+        if getattr(fn, "__tsprobe_no_dropout__", False):
+            setattr(F, name, fn.__wrapped__)
+
+
 def remove_dropout() -> None:
     """Make every torch dropout function (and so nn.Dropout*) a no-op: p is forced to 0."""
     F = torch.nn.functional
