@@ -77,17 +77,23 @@ def train_step(model, x):
     return loss
 
 
-def run_msprobe(out, task="tensor", level="mix", perturb=False):
-    """Dump one step with msprobe's own PrecisionDebugger (run this in a subprocess)."""
+def run_msprobe(out, task="tensor", level="mix"):
+    """Dump two steps with msprobe's own PrecisionDebugger (run this in a subprocess): step 0 is
+    the clean model, step 1 the same model with one weight of layers.1.fc1 perturbed."""
     from msprobe.pytorch import PrecisionDebugger
 
-    cfg = {"task": task, "dump_path": str(out), "rank": [], "step": [0], "level": level, "async_dump": False,
+    cfg = {"task": task, "dump_path": str(out), "rank": [], "step": [0, 1], "level": level, "async_dump": False,
            task: {"scope": [], "list": [], "data_mode": ["all"]}}
     with open(str(out) + ".json", "w") as f:
         json.dump(cfg, f)
-    model, x = build(perturb=perturb)
+    model, x = build()
     debugger = PrecisionDebugger(config_path=str(out) + ".json")
-    debugger.start(model)
-    train_step(model, x)
-    debugger.stop()
-    debugger.step()
+    for step in range(2):
+        if step == 1:
+            model.zero_grad()
+            with torch.no_grad():
+                model.layers[1].fc1.weight[0, 0] += 0.05
+        debugger.start(model)
+        train_step(model, x)
+        debugger.stop()
+        debugger.step()

@@ -119,36 +119,38 @@ needs_msprobe = pytest.mark.skipif(importlib.util.find_spec("msprobe") is None,
                                    reason="mindstudio-probe (msprobe) is not installed")
 
 
-def _msprobe_dump(path, perturb=False, task="tensor"):
-    code = ("import sys; from compare_models import run_msprobe; "
-            f"run_msprobe({str(path)!r}, task={task!r}, perturb={perturb})")
+@pytest.fixture(scope="module")
+def msprobe_dump(tmp_path_factory):
+    """msprobe tensor dump: step0 clean, step1 with a perturbed weight (one subprocess)."""
+    out = tmp_path_factory.mktemp("msprobe") / "dump"
+    code = f"from compare_models import run_msprobe; run_msprobe({str(out)!r})"
     env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
-    return path
+    return out
 
 
 @pytest.mark.msprobe
 @needs_msprobe
-def test_msprobe_tensor_dumps_are_read_and_compared(tmp_path):
-    g = _msprobe_dump(tmp_path / "ms_golden")
-    t = _msprobe_dump(tmp_path / "ms_target", perturb=True)
-    assert list((g / "step0").iterdir())[0].name.startswith("proc")        # msprobe's rank folder
-    assert any(p.suffix == ".pt" for p in (next((g / "step0").iterdir()) / "dump_tensor_data").iterdir())
+def test_msprobe_tensor_dumps_are_read_and_compared(msprobe_dump):
+    g, t = msprobe_dump / "step0", msprobe_dump / "step1"
+    rank = next(g.iterdir())
+    assert rank.name.startswith("proc")                                   # msprobe's rank folder
+    assert any(p.suffix == ".pt" for p in (rank / "dump_tensor_data").iterdir())
     r = compare(g, t, verbose=False)
     fd = r.first_divergence
     assert (fd.key, fd.module) == ("Functional.linear.2.forward", "Module.layers.1.fc1.Linear.forward.0")
-    assert r.pairs[0].modes == ["tensor"]                                    # .pt files were read
+    assert r.pairs[0].modes == ["tensor"]                                 # .pt files were read
     assert fd.source.endswith("h = self.fc2(self.act(self.fc1(x)))")
     assert r.counts["unmatched_golden"] == r.counts["unmatched_target"] == 0
+    assert compare(g, g, verbose=False).first_divergence is None
 
 
 @pytest.mark.msprobe
 @needs_msprobe
-def test_tsprobe_and_msprobe_dumps_of_the_same_run_agree_in_forward(tmp_path):
-    ms = _msprobe_dump(tmp_path / "ms", task="statistics")
+def test_tsprobe_and_msprobe_dumps_of_the_same_run_agree_in_forward(msprobe_dump, tmp_path):
     ts = dump(tmp_path / "ts", "mix", "statistics")
-    r = compare(ts, ms, verbose=False)
+    r = compare(ts, msprobe_dump / "step0", verbose=False)
     forward = [row for row in r.rows if row.direction == "forward"]
     assert len(forward) > 50
     assert all(row.verdict == "pass" and row.mode == "statistics" for row in forward)
