@@ -34,7 +34,8 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> 
 
 def __getattr__(name: str) -> Any:
     if name in ("compare", "compare_npy_dir"):
-        from . import compare as _compare_pkg
+        import importlib
 
-        return getattr(_compare_pkg, name)
+        pkg = importlib.import_module(".compare", __name__)   # callable package: ts_core.compare(...)
+        return getattr(pkg, name)
     raise AttributeError(f"module 'ts_core' has no attribute {name!r}")

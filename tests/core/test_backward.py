@@ -92,3 +92,20 @@ def test_inplace_ops_record_inputs_before_mutation_and_keep_backward(dump_root):
     assert (relu_mod_in < 0).any()                                  # recorded before ReLU mutated it
     assert "Module.1.ReLU.backward.0" in data
     assert "Tensor.add_.0.backward" in data and "Torch.relu_.0.backward" in data
+
+
+def test_module_whose_input_needs_no_grad_still_gets_a_backward_record(dump_root):
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(inplace=True), torch.nn.Linear(3, 1))
+    x = torch.randn(2, 4)                       # a data batch: no grad
+    h = model[0](x)
+    ref_h_grad, = torch.autograd.grad(model[2](model[1](h.clone())).sum(), [h])
+    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level="L0", step=[0])
+    dbg.start(model)
+    model(x).sum().backward()
+    dbg.stop()
+    dbg.close()
+    rank_dir = os.path.join(dump_root, "step0", "rank")
+    rec = load_dump(rank_dir)["data"]["Module.0.Linear.backward.0"]
+    assert rec["output"] == []                  # no gradient w.r.t. the data batch
+    np.testing.assert_array_equal(_npy(rank_dir, rec["input"][0]), ref_h_grad.numpy())

@@ -22,7 +22,7 @@ class ModuleHooks:
         self.want_backward = want_backward
         self.handles: List[Any] = []
         self.hooked: Dict[int, Any] = {}
-        self._open: Dict[int, List[Optional[Tuple[Any, Optional[GradCapture]]]]] = {}
+        self._open: Dict[int, List[Optional[Tuple[Any, Optional[GradCapture], bool]]]] = {}
         self.param_grads: Dict[str, Dict[str, Any]] = {}
 
     def install(self, model: torch.nn.Module, index: Optional[int] = None) -> int:
@@ -58,13 +58,14 @@ class ModuleHooks:
         with internal():
             call = col.begin(base, is_module=True)
             capture = None
+            inplace = getattr(module, "inplace", False) is True
             if call.selected:
                 col.forward_inputs(call, args, kwargs)
                 if self.want_backward and torch.is_grad_enabled():
                     capture = GradCapture(lambda go, gi: col.backward(call, go, gi))
-                    if getattr(module, "inplace", False) is not True:
+                    if not inplace:
                         args, kwargs = capture.tap_inputs(args, kwargs)
-            stack.append((call, capture))
+            stack.append((call, capture, inplace))
         return (args, kwargs) if capture is not None and capture.tapped else None
 
     def _post(self, base: str, module, args, kwargs, output):
@@ -74,16 +75,16 @@ class ModuleHooks:
         entry = stack.pop()
         if entry is None:
             return None
-        call, capture = entry
+        call, capture, inplace = entry
         col = self.collector
         with internal():
             try:
                 if call.selected:
                     if capture is not None:
-                        if capture.tapped:
-                            capture.watch_outputs(output)
-                        else:
+                        if inplace:
                             capture.watch_node(_node_target(output, args, inplace=True))
+                        else:
+                            capture.watch_outputs(output)
                     params = dict(module.named_parameters(recurse=False))
                     col.forward_outputs(call, output, params or None)
             finally:
