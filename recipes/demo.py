@@ -1,5 +1,7 @@
-"""`make demo`: dump a tiny GPT-2 for 3 training steps (mix level, statistics, steps 1 and 2)
-and show what was written. Runs on CPU with random weights; nothing is downloaded."""
+"""`make demo`: dump a tiny GPT-2 for 3 training steps (mix level, statistics, steps 0-2)
+twice -- once as written, once with a bug injected (LayerNorm eps of block 1 changed, as a
+sloppy port might do) -- then compare the two dumps and name the first op that diverged.
+Runs on CPU with random weights; nothing is downloaded."""
 from __future__ import annotations
 
 import argparse
@@ -20,12 +22,14 @@ def build_model() -> GPT2LMHeadModel:
     return GPT2LMHeadModel(cfg)
 
 
-def train(dump_path: str, steps: int = 3) -> PrecisionDebugger:
+def train(dump_path: str, steps: int = 3, bug: bool = False) -> PrecisionDebugger:
     seed_all(1234, rm_dropout=True)
     model = build_model()
+    if bug:
+        model.transformer.h[1].ln_2.eps = 1e-2    # the injected migration bug
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     data = torch.randint(0, 256, (4, 32))
-    debugger = PrecisionDebugger(dump_path=dump_path, task="statistics", level="mix", step=[1, 2])
+    debugger = PrecisionDebugger(dump_path=dump_path, task="statistics", level="mix", step=[0, 1, 2])
     for step in range(steps):
         debugger.start(model)                       # the three lines a user adds:
         loss = model(input_ids=data, labels=data).loss
@@ -63,11 +67,24 @@ def main() -> None:
     parser.add_argument("--out", default="demo_output", help="folder for the dumps (replaced)")
     args = parser.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)
-    dump_path = os.path.join(args.out, "gpt2_fp32")
+    golden = os.path.join(args.out, "gpt2_golden")
+    target = os.path.join(args.out, "gpt2_eps_bug")
     t0 = time.time()
-    train(dump_path)
-    print(f"\nDump written to {os.path.abspath(dump_path)} in {time.time() - t0:.1f}s:")
-    describe(dump_path)
+    print("== run 1: golden")
+    train(golden)
+    print("== run 2: LayerNorm eps of transformer.h.1.ln_2 changed to 1e-2")
+    train(target, bug=True)
+    print(f"\nDumps written in {time.time() - t0:.1f}s:")
+    describe(golden)
+    describe(target)
+
+    from ts_core.compare import compare
+
+    print("\n== tsprobe compare golden target")
+    result = compare(golden, target, os.path.join(args.out, "compare"))
+    first = result.first_divergence
+    print(f"\nFirst divergence: {first.key if first else 'none'}")
+    print(f"Report: {os.path.abspath(result.report_path)}")
 
 
 if __name__ == "__main__":
