@@ -55,7 +55,35 @@ def _run_summary(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS: List[Callable] = [_add_compare, _add_summary]
+def _add_recover(sub) -> None:
+    p = sub.add_parser("recover", help="rebuild dump.json/stack.json/construct.json of a run that was killed",
+                       description="Reads the append-only journal of every rank folder under DUMP that has "
+                                   "one and rewrites its JSON files (marked incomplete).")
+    p.add_argument("dump", help="a dump root, step folder or rank folder")
+    p.set_defaults(func=_run_recover)
+
+
+def _run_recover(args: argparse.Namespace) -> int:
+    import os
+
+    from ts_core.writer import recover
+    from ts_core.writer.journal import JOURNAL_NAME
+
+    if not os.path.isdir(args.dump):
+        raise FileNotFoundError(f"tsprobe recover: {args.dump} is not a folder")
+    found = 0
+    for root, _, files in sorted(os.walk(args.dump)):
+        if JOURNAL_NAME in files:
+            n = recover(root)
+            found += 1
+            print(f"{root}: {n} records recovered")
+    if not found:
+        print(f"tsprobe recover: no {JOURNAL_NAME} under {args.dump}: nothing to recover", file=sys.stderr)
+        return 2
+    return 0
+
+
+_COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -55,18 +55,17 @@ def test_no_half_written_json_when_the_disk_fills(tmp_path, monkeypatch):
     dbg.stop()                                    # first complete dump.json
     rank_dir = tmp_path / "d" / "step0" / "rank"
     first = load_dump(str(rank_dir))
-    real_dump = json.dump
+    real_fsync = os.fsync
 
-    def full_disk(obj, f, **kw):
-        f.write('{"task": "stat')
+    def full_disk(fd):          # the temp file holds part of the text when the disk fills
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(atomic.json, "dump", full_disk)
+    monkeypatch.setattr(atomic.os, "fsync", full_disk)
     dbg.start(model)
     model(x).sum().backward()
     with pytest.warns(RuntimeWarning, match="No space left"):
         dbg.stop()
-    monkeypatch.setattr(atomic.json, "dump", real_dump)
+    monkeypatch.setattr(atomic.os, "fsync", real_fsync)
     assert load_dump(str(rank_dir)) == first      # old complete file, not a torn one
     assert not list(rank_dir.glob("*.tmp"))
     dbg.close()
@@ -117,3 +116,61 @@ def test_torn_journal_line_is_ignored(tmp_path):
     good = {"t": "data", "k": "Torch.sin.0.forward", "v": {"output": []}}
     (rank_dir / JOURNAL_NAME).write_text(json.dumps(good) + "\n" + '{"t": "data", "k": "Torch.co')
     assert recover(str(rank_dir)) == 1
+
+
+FSIZE = """
+import resource, torch
+from ts_core import PrecisionDebugger
+resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+d = PrecisionDebugger(dump_path={dump!r}, task="tensor", level="L1", step=[0])
+d.start()
+x = torch.ones(128, 128)
+for i in range(5):
+    x = torch.sin(x)            # 64 KiB per tensor file: over the 20 kB per-file limit
+d.stop()
+d.close()
+print("training went on:", float(x.sum()) > 0, flush=True)
+"""
+
+
+def test_file_size_limit_warns_and_training_goes_on(tmp_path):
+    dump = str(tmp_path / "d")
+    env = dict(os.environ, PYTHONPATH=ROOT, TSPROBE_QUIET="1")
+    proc = subprocess.run([sys.executable, "-c", FSIZE.format(dump=dump)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "training went on: True" in proc.stdout
+    assert proc.stderr.count("marked incomplete") == 1
+    dump_json = os.path.join(dump, "step0", "rank", "dump.json")
+    if os.path.exists(dump_json):                 # small JSON may still fit under the limit
+        assert load_dump(os.path.dirname(dump_json)).get("incomplete") is True
+
+
+def test_record_keys_cannot_escape_the_dump_folder(tmp_path):
+    import types
+
+    lib = types.ModuleType("evil")
+    lib.f = lambda t: t + 1
+    dbg = PrecisionDebugger(dump_path=str(tmp_path / "d"), task="tensor", level="debug", step=[0])
+    dbg.start()
+    dbg.save(torch.ones(2), "../../escape")
+    dbg.stop()
+    dbg.close()
+    assert not list(tmp_path.glob("**/escape*.npy")) or all(
+        "dump_tensor_data" in str(p) for p in tmp_path.glob("**/escape*.npy"))
+    rec = load_dump(str(tmp_path / "d" / "step0" / "rank"))["data"]["../../escape.0.debug"]
+    assert "/" not in rec["data_name"]
+    assert os.path.isfile(tmp_path / "d" / "step0" / "rank" / "dump_tensor_data" / rec["data_name"])
+
+
+def test_tsprobe_recover_cli(tmp_path, capsys):
+    from ts_core.cli import main
+    from ts_core.writer.journal import JOURNAL_NAME
+
+    rank_dir = tmp_path / "step0" / "rank"
+    rank_dir.mkdir(parents=True)
+    rec = {"t": "data", "k": "Torch.sin.0.forward", "v": {"output": []}}
+    (rank_dir / JOURNAL_NAME).write_text(json.dumps(rec) + "\n")
+    assert main(["recover", str(tmp_path)]) == 0
+    assert "1 records recovered" in capsys.readouterr().out
+    assert main(["recover", str(tmp_path / "nothing")]) == 2

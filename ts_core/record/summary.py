@@ -45,10 +45,10 @@ class Summarizer:
     """Turns argument structures into JSON-ready summaries; owns pending statistics."""
 
     def __init__(self, adapter: TensorAdapter, *, md5: bool = False,
-                 save_tensor: Optional[Callable[[str, Any], None]] = None):
+                 save_tensor: Optional[Callable[[str, Any], str]] = None):
         self.adapter = adapter
         self.md5 = md5
-        self.save_tensor = save_tensor       # set in tensor mode: (file name, snapshot) -> None
+        self.save_tensor = save_tensor       # tensor mode: (file name, snapshot) -> name actually used
         self.pending: List[Tuple[dict, Any, str]] = []
 
     def summarize(self, value: Any, name: str) -> Any:
@@ -84,9 +84,7 @@ class Summarizer:
         if self.md5:
             out["md5"] = ad.crc32(t)
         if self.save_tensor is not None:
-            file_name = f"{name}.npy"
-            out["data_name"] = file_name
-            self.save_tensor(file_name, ad.snapshot(t))
+            out["data_name"] = self.save_tensor(f"{name}.npy", ad.snapshot(t))
         return out
 
     def resolve(self) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Dict, Optional
 
 
 def write_atomic(path: str, write: Callable[[Any], None], mode: str = "w") -> None:
@@ -22,5 +22,19 @@ def write_atomic(path: str, write: Callable[[Any], None], mode: str = "w") -> No
         raise
 
 
-def write_json_atomic(path: str, obj: Any, indent: int | None = 1) -> None:
-    write_atomic(path, lambda f: json.dump(obj, f, indent=indent))
+def json_by_line(head: Dict[str, Any], field: Optional[str] = None, items: Optional[Dict[str, Any]] = None) -> str:
+    """JSON text of `head` (plus `field`: `items`) with one entry of `items` per line.
+
+    Each entry is encoded by the C encoder (``json.dumps`` without indent), which is ~10x
+    faster than ``json.dump(..., indent=...)``; one line per record keeps the file readable.
+    """
+    dumps = json.dumps
+    parts = [f"{dumps(k)}: {dumps(v)}" for k, v in head.items()]
+    if field is not None:
+        body = ",\n".join(f"{dumps(k)}: {dumps(v)}" for k, v in (items or {}).items())
+        parts.append(f"{dumps(field)}: {{\n{body}\n}}" if body else f"{dumps(field)}: {{}}")
+    return "{" + ",\n".join(parts) + "}\n"
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    write_atomic(path, lambda f: f.write(text))

@@ -11,11 +11,38 @@ import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import DumpWriteError
-from .atomic import write_json_atomic
+from .atomic import json_by_line, write_text_atomic
 from .journal import JOURNAL_NAME, Journal, read_journal
 from .tensor_files import TensorFileWriter
 
 TENSOR_DIR = "dump_tensor_data"
+_MAX_NAME = 240
+
+
+def safe_file_name(name: str) -> str:
+    """A record key is user-controlled (custom API names, ``save(name)``): no separators, no
+    leading dots, bounded length, so a file can never land outside ``dump_tensor_data``."""
+    for sep in (os.sep, os.altsep or os.sep, "\0"):
+        name = name.replace(sep, "_")
+    name = name.lstrip(".") or "_"
+    if len(name) > _MAX_NAME:
+        import zlib
+
+        name = f"{name[:_MAX_NAME - 20]}.{zlib.crc32(name.encode()):08x}.npy"
+    return name
+
+
+def _survive_file_size_limit() -> None:
+    """By default exceeding RLIMIT_FSIZE kills the process with SIGXFSZ; ignored, the write
+    fails with EFBIG instead, which we report as a write error while training goes on.
+    Only changes the default disposition, never a handler the program installed."""
+    import signal
+    import threading
+
+    sig = getattr(signal, "SIGXFSZ", None)
+    if sig is not None and threading.current_thread() is threading.main_thread():
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 class DumpDir:
@@ -28,10 +55,12 @@ class DumpDir:
         self.construct: Dict[str, Optional[str]] = {}
         self.stacks: Dict[int, Tuple[List[str], List[str]]] = {}
         self.incomplete = False
+        self._dirty = True                  # something changed since the JSON files were written
         self._warned = warned if warned is not None else [False]    # shared: warn once per run
         self._journal: Optional[Journal] = None
         self._tensors: Optional[TensorFileWriter] = None
         self.tensor_dir: Optional[str] = None
+        _survive_file_size_limit()
         try:
             os.makedirs(path, exist_ok=True)
             self._journal = Journal(os.path.join(path, JOURNAL_NAME))
@@ -46,11 +75,13 @@ class DumpDir:
     # -- collecting ---------------------------------------------------------------------
     def add_record(self, key: str, record: Any) -> None:
         self.data[key] = record
+        self._dirty = True
         if self._journal is not None:
             self._journal.append({"t": "data", "k": key, "v": record})
 
     def add_construct(self, key: str, parent: Optional[str]) -> None:
         self.construct[key] = parent
+        self._dirty = True
         if self._journal is not None:
             self._journal.append({"t": "construct", "k": key, "v": parent})
 
@@ -61,12 +92,16 @@ class DumpDir:
             if self._journal is not None:
                 self._journal.append({"t": "stackdef", "k": stack_id, "v": frames})
         entry[0].append(key)
+        self._dirty = True
         if self._journal is not None:
             self._journal.append({"t": "stack", "k": key, "v": stack_id})
 
-    def save_tensor(self, file_name: str, snapshot: Any) -> None:
+    def save_tensor(self, file_name: str, snapshot: Any) -> str:
+        """Queue a tensor file; returns its (sanitised) name, which stays inside this folder."""
+        file_name = safe_file_name(file_name)
         if self._tensors is not None and not self.incomplete:
             self._tensors.submit(os.path.join(self.tensor_dir, file_name), snapshot)
+        return file_name
 
     def flush(self) -> None:
         if self._journal is None:
@@ -78,14 +113,20 @@ class DumpDir:
 
     # -- finishing ----------------------------------------------------------------------
     def finalize(self) -> None:
-        """Write the three JSON files (complete, or not at all). Safe to call repeatedly."""
+        """Write the three JSON files (complete, or not at all). Cheap when nothing changed."""
         self.flush()
         if self._tensors is not None:
             self._tensors.drain()
+        if not self._dirty:
+            return
         try:
-            write_json_atomic(os.path.join(self.path, "dump.json"), self._dump_json())
-            write_json_atomic(os.path.join(self.path, "stack.json"), self._stack_json())
-            write_json_atomic(os.path.join(self.path, "construct.json"), self.construct)
+            head = self._header_json()
+            if self.incomplete:
+                head["incomplete"] = True
+            write_text_atomic(os.path.join(self.path, "dump.json"), json_by_line(head, "data", self.data))
+            write_text_atomic(os.path.join(self.path, "stack.json"), json_by_line(self._stack_json()))
+            write_text_atomic(os.path.join(self.path, "construct.json"), json_by_line(self.construct))
+            self._dirty = False
         except OSError as exc:
             self._failed(exc)
 
@@ -111,18 +152,12 @@ class DumpDir:
         head["dump_data_dir"] = self.tensor_dir
         return head
 
-    def _dump_json(self) -> Dict[str, Any]:
-        out = self._header_json()
-        if self.incomplete:
-            out["incomplete"] = True
-        out["data"] = self.data
-        return out
-
     def _stack_json(self) -> Dict[str, Any]:
         return {str(i): [keys, frames] for i, (keys, frames) in enumerate(self.stacks.values())}
 
     def _failed(self, exc: BaseException) -> None:
         self.incomplete = True
+        self._dirty = True
         if self.raise_on_error:
             raise DumpWriteError(f"tsprobe could not write the dump in {self.path}: {exc}") from exc
         if not self._warned[0]:
@@ -155,11 +190,10 @@ def recover(path: str) -> int:
             stackdefs[key] = value
         elif kind == "stack":
             stack_keys.setdefault(value, []).append(key)
-    out = dict(header)
-    out["incomplete"] = True
-    out["data"] = data
-    write_json_atomic(os.path.join(path, "dump.json"), out)
+    head = dict(header)
+    head["incomplete"] = True
+    write_text_atomic(os.path.join(path, "dump.json"), json_by_line(head, "data", data))
     stacks = {str(i): [stack_keys.get(sid, []), frames] for i, (sid, frames) in enumerate(stackdefs.items())}
-    write_json_atomic(os.path.join(path, "stack.json"), stacks)
-    write_json_atomic(os.path.join(path, "construct.json"), construct)
+    write_text_atomic(os.path.join(path, "stack.json"), json_by_line(stacks))
+    write_text_atomic(os.path.join(path, "construct.json"), json_by_line(construct))
     return len(data)

@@ -1,9 +1,10 @@
-"""How the core summarises torch tensors: statistics stay on the device as one small float64
-tensor per input tensor and reach the host in one ``torch.stack(...).tolist()`` per flush."""
+"""How the core summarises torch tensors: statistics stay on the device as one small tensor
+per input tensor and reach the host in one ``torch.stack(...).tolist()`` per dtype per flush."""
 from __future__ import annotations
 
+import weakref
 import zlib
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -16,6 +17,11 @@ _FLOATS = {torch.float16, torch.bfloat16, torch.float32}
 class TorchAdapter:
     framework = "pytorch"
 
+    def __init__(self) -> None:
+        # (id, version) -> (weakref, handle): a tensor that is one call's output and the next
+        # call's input has its statistics computed once per flush window.
+        self._recent: Dict[int, Tuple[Any, int, torch.Tensor]] = {}
+
     def is_tensor(self, value: Any) -> bool:
         return isinstance(value, torch.Tensor)
 
@@ -26,40 +32,34 @@ class TorchAdapter:
         return t.requires_grad
 
     def stats(self, t: torch.Tensor) -> Optional[torch.Tensor]:
+        """[max, min, mean, norm] as one small tensor on t's device (float32, or float64 for
+        float64/integer input so integer extremes stay exact). No host sync."""
         if t.numel() == 0 or t.is_meta:
             return None
+        hit = self._recent.get(id(t))
+        if hit is not None and hit[0]() is t and hit[1] == t._version:
+            return hit[2]
         with torch.no_grad():
-            t = t.detach()
-            if t.is_complex():
-                t = t.abs()
-            if t.dtype == torch.bool:
-                f = t.to(torch.float32)
-                return torch.stack((f.max(), f.min(), f.mean(), f.norm())).to(torch.float64)
-            if t.dtype in _FLOATS:
-                f = t.float()
-                mn, mx = torch.aminmax(f)
-                return torch.stack((mx, mn, f.mean(), torch.linalg.vector_norm(f))).to(torch.float64)
-            if t.is_floating_point():   # float64 and exotic floats
-                f = t.double()
-                mn, mx = torch.aminmax(f)
-                return torch.stack((mx, mn, f.mean(), torch.linalg.vector_norm(f)))
-            mn, mx = torch.aminmax(t)            # integers: exact Max/Min
-            f = t.double()
-            return torch.stack((mx.double(), mn.double(), f.mean(), torch.linalg.vector_norm(f)))
+            handle = _stats(t)
+        self._recent[id(t)] = (weakref.ref(t), t._version, handle)
+        return handle
 
     def stats_to_host(self, handles: List[torch.Tensor]) -> List[List[Optional[float]]]:
         with internal():     # may run on the idle-flush thread, where wrapped APIs would record
+            self._recent.clear()
             return self._stats_to_host(handles)
 
-    def _stats_to_host(self, handles: List[torch.Tensor]) -> List[List[Optional[float]]]:
-        by_device: dict = {}
+    @staticmethod
+    def _stats_to_host(handles: List[torch.Tensor]) -> List[List[Optional[float]]]:
+        groups: dict = {}
         for i, h in enumerate(handles):
-            by_device.setdefault(h.device, []).append(i)
+            groups.setdefault((h.device, h.dtype), []).append(i)
         out: List[Any] = [None] * len(handles)
-        for idx in by_device.values():
-            rows = torch.stack([handles[i] for i in idx]).cpu().tolist()
-            for i, row in zip(idx, rows):
-                out[i] = row
+        for idx in groups.values():
+            unique = {id(handles[i]): handles[i] for i in idx}
+            rows = dict(zip(unique, torch.stack(list(unique.values())).cpu().tolist()))
+            for i in idx:
+                out[i] = rows[id(handles[i])]
         return out
 
     def crc32(self, t: torch.Tensor) -> str:
@@ -85,3 +85,21 @@ class TorchAdapter:
         if isinstance(value, torch.device):
             return {"type": "torch.device", "value": str(value)}
         return None
+
+
+def _stats(t: torch.Tensor) -> torch.Tensor:
+    if t.is_complex():
+        t = t.abs()
+    dtype = t.dtype
+    if dtype in _FLOATS:
+        f = t.float()
+    elif dtype == torch.bool:
+        f = t.to(torch.float32)
+    elif t.is_floating_point():
+        f = t.double()
+    else:                                   # integers: exact Max/Min in float64
+        mn, mx = torch.aminmax(t)
+        f = t.double()
+        return torch.stack((mx.double(), mn.double(), f.mean(), torch.linalg.vector_norm(f)))
+    mn, mx = torch.aminmax(f)
+    return torch.stack((mx, mn, f.mean(), torch.linalg.vector_norm(f)))
