@@ -1,0 +1,88 @@
+"""Throughput and peak memory of `tsprobe compare` on two tensor dumps of >= 1 GB each.
+
+Builds two synthetic tsprobe tensor dumps (float32 .npy files named by a dump.json, target =
+golden + small noise), runs `tsprobe compare` in a child process and reports MB/s (golden +
+target bytes read per second of wall time) and the child's peak RSS, against a baseline of
+the same process reading both dumps with numpy only (np.load + sum) in the same invocation.
+
+    python benchmarks/compare_throughput.py [--gb 1.0] [--tensor-mb 16] [--keep DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+def build(root: str, n_files: int, elems: int, noise: float, seed: int) -> None:
+    rank = os.path.join(root, "step0", "rank")
+    data_dir = os.path.join(rank, "dump_tensor_data")
+    os.makedirs(data_dir)
+    rng = np.random.default_rng(0)
+    noise_rng = np.random.default_rng(seed)
+    data = {}
+    for i in range(n_files):
+        arr = rng.standard_normal(elems, dtype=np.float32)
+        if noise:
+            arr += noise_rng.standard_normal(elems, dtype=np.float32) * noise
+        key = f"Functional.linear.{i}.forward"
+        name = f"{key}.output.0.npy"
+        np.save(os.path.join(data_dir, name), arr)
+        a64 = arr.astype(np.float64)
+        data[key] = {"input_args": [], "input_kwargs": {}, "output": [{
+            "type": "torch.Tensor", "dtype": "torch.float32", "shape": [elems],
+            "Max": float(a64.max()), "Min": float(a64.min()), "Mean": float(a64.mean()),
+            "Norm": float(np.sqrt((a64 * a64).sum())), "requires_grad": False, "data_name": name}]}
+    with open(os.path.join(rank, "dump.json"), "w") as f:
+        json.dump({"task": "tensor", "level": "L1", "framework": "pytorch",
+                   "dump_data_dir": data_dir, "data": data}, f)
+
+
+def numpy_baseline(roots) -> float:
+    t0 = time.perf_counter()
+    for root in roots:
+        d = os.path.join(root, "step0", "rank", "dump_tensor_data")
+        for name in sorted(os.listdir(d)):
+            np.load(os.path.join(d, name), mmap_mode="r").sum(dtype=np.float64)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gb", type=float, default=1.0, help="size of each dump")
+    p.add_argument("--tensor-mb", type=float, default=16.0)
+    p.add_argument("--keep", help="build the dumps here and keep them")
+    args = p.parse_args()
+    work = args.keep or tempfile.mkdtemp(prefix="tscmp_")
+    elems = int(args.tensor_mb * 2**20 / 4)
+    n_files = max(1, int(args.gb * 2**30 / (elems * 4)))
+    golden, target, out = (os.path.join(work, n) for n in ("golden", "target", "out"))
+    if not os.path.exists(golden):
+        print(f"building 2 dumps of {n_files} x {args.tensor_mb:g} MB in {work} ...", file=sys.stderr)
+        build(golden, n_files, elems, 0.0, 1)
+        build(target, n_files, elems, 1e-6, 2)
+    total_mb = 2 * n_files * elems * 4 / 2**20
+    base = numpy_baseline([golden, target])
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "ts_core.cli", "compare", golden, target, "-o", out, "--no-html",
+                    "--workers", "1"], check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"compared {total_mb:.0f} MB ({n_files} tensor pairs of {args.tensor_mb:g} MB) in {wall:.1f} s: "
+          f"{total_mb / wall:.0f} MB/s; peak RSS of the compare process {peak_mb:.0f} MB")
+    print(f"baseline (numpy: mmap load + sum of both dumps, same process): {total_mb / base:.0f} MB/s; "
+          f"compare/baseline time ratio {wall / base:.2f}x")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
