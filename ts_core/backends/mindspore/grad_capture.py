@@ -1,0 +1,170 @@
+"""Backward records for one call in PyNative, without changing a single gradient bit.
+
+- Inputs: the call's floating-point tensor inputs pass through ONE ``ops.HookBackward``
+  identity (so they share one autodiff node); its hook receives this call's gradients w.r.t.
+  those inputs, in argument order, and returns None (gradients pass through untouched).
+- Outputs: ``Tensor.register_hook`` on each floating output sees the gradient w.r.t. it
+  (again returning None). Output objects are not replaced.
+
+Autodiff runs output grads first, then the input tap, which completes the record. MindSpore
+prunes backward branches that lead to no requested input or weight: a call whose inputs are
+all plain data (a first layer fed by the dataset) never gets its input tap called. Such calls
+are completed by ``Pending.flush`` at the end of the step, with the gradients of their outputs
+and an empty list for their inputs (the same record the torch backend writes when no input
+requires grad).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List
+
+from mindspore import Tensor, ops
+
+from ._depth import internal
+from .tensors import FLOATING
+
+
+def flat_tensors(obj: Any, out: List[Tensor]) -> List[Tensor]:
+    if isinstance(obj, Tensor):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            flat_tensors(v, out)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            flat_tensors(v, out)
+    return out
+
+
+class _Slot:
+    """Placeholder for a floating tensor argument, filled with its tapped alias."""
+
+    __slots__ = ()
+
+
+_SLOT = _Slot()
+
+
+def _collect(obj: Any, slots: List[Tensor]) -> Any:
+    """`obj` with each floating tensor replaced by a placeholder (appended to `slots`)."""
+    if isinstance(obj, Tensor):
+        if obj.dtype in FLOATING:
+            slots.append(obj)
+            return _SLOT
+        return obj
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_collect(v, slots) for v in obj)
+    if isinstance(obj, list):
+        return [_collect(v, slots) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _collect(v, slots) for k, v in obj.items()}
+    return obj
+
+
+def _fill(obj: Any, it) -> Any:
+    if obj is _SLOT:
+        return next(it)
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_fill(v, it) for v in obj)
+    if isinstance(obj, list):
+        return [_fill(v, it) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _fill(v, it) for k, v in obj.items()}
+    return obj
+
+
+def _requires_grad(t: Tensor) -> bool:
+    """False for tensors autodiff does not track (created from no differentiable input)."""
+    try:
+        return bool(t._requires_grad)       # pylint: disable=protected-access
+    except Exception:      # pragma: no cover - attribute missing in another version
+        return True
+
+
+class Pending:
+    """Captures of the current step that have not completed yet."""
+
+    def __init__(self) -> None:
+        self.captures: Dict[int, "GradCapture"] = {}
+
+    def flush(self) -> None:
+        """Complete every capture that saw some output gradient but will get no input one."""
+        for cap in list(self.captures.values()):
+            if cap.received and not cap.done:
+                cap.finish([])
+
+    def clear(self) -> None:
+        self.captures.clear()
+
+
+class GradCapture:
+    """Collects one call's gradients, then hands them to ``emit(grads_of_outputs, grads_of_inputs)``."""
+
+    __slots__ = ("emit", "pending", "out_grads", "expected", "received", "done", "tapped", "__weakref__")
+
+    def __init__(self, emit: Callable[[list, list], None], pending: Pending):
+        self.emit = emit
+        self.pending = pending
+        self.out_grads: List[Any] = []
+        self.expected = 0
+        self.received = 0
+        self.done = False
+        self.tapped = False
+        pending.captures[id(self)] = self
+
+    def tap_inputs(self, args: tuple, kwargs: dict):
+        """Route floating tensor inputs through one HookBackward; returns new (args, kwargs).
+
+        Every occurrence is tapped separately (``x * x`` gets two aliases): each use keeps its
+        own edge back to the tensor, so MindSpore sums the contributions to it in the same
+        order as without the tap (a shared alias would pre-sum them and change the bits)."""
+        slots: List[Tensor] = []
+        args = _collect(args, slots)
+        kwargs = _collect(kwargs, slots)
+        if not slots:
+            return args, kwargs
+        with internal():
+            hooked = ops.HookBackward(self._on_input_grads)(*slots)
+        if not isinstance(hooked, tuple):
+            hooked = (hooked,)
+        self.tapped = True
+        it = iter(hooked)
+        return _fill(args, it), _fill(kwargs, it)
+
+    def watch_outputs(self, output: Any, skip_ids=()) -> None:
+        outs = flat_tensors(output, [])
+        self.out_grads = [None] * len(outs)
+        for i, t in enumerate(outs):
+            if t.dtype in FLOATING and id(t) not in skip_ids and _requires_grad(t):
+                try:
+                    t.register_hook(self._out_hook(i))
+                except RuntimeError:      # not part of the autodiff graph after all
+                    continue
+                self.expected += 1
+        if self.expected == 0 and not self.tapped:
+            self._drop()
+
+    def _out_hook(self, i: int):
+        def hook(grad):
+            if self.done:
+                return None
+            with internal():
+                self.out_grads[i] = grad
+                self.received += 1
+                if not self.tapped and self.received == self.expected:
+                    self.finish([])
+            return None
+        return hook
+
+    def _on_input_grads(self, grads):
+        with internal():
+            self.finish(list(grads) if isinstance(grads, (tuple, list)) else [grads])
+        return None
+
+    def finish(self, in_grads: list) -> None:
+        if not self.done:
+            self._drop()
+            self.emit(self.out_grads, in_grads)
+
+    def _drop(self) -> None:
+        self.done = True
+        self.pending.captures.pop(id(self), None)
