@@ -72,6 +72,43 @@ class _Accumulator:
         self.worst_g = self.worst_t = None
 
     def update(self, g: np.ndarray, t: np.ndarray, offset: int) -> None:
+        if g.size and math.isfinite(float(g.sum())) and math.isfinite(float(t.sum())):
+            self._update_finite(g, t, offset)    # the common case: no masks, no copies
+        else:
+            self._update_general(g, t, offset)
+
+    def _update_finite(self, g: np.ndarray, t: np.ndarray, offset: int) -> None:
+        """Same results as ``_update_general`` for chunks without NaN/Inf, in ~1/5 the passes:
+        ``rel <= k`` is counted as ``|d| <= k|g|`` (no division), no masks, no copies."""
+        n = g.size
+        self.n += n
+        self.n_finite += n
+        d = t - g
+        buf = np.empty_like(d)
+        for a, b, name in ((d, d, "sq"), (g, t, "dot"), (g, g, "gg"), (t, t, "tt")):
+            # multiply + pairwise sum: faster than BLAS dot for one chunk on a busy machine
+            setattr(self, name, getattr(self, name) + float(np.multiply(a, b, out=buf).sum()))
+        np.abs(d, out=d)
+        ag = np.abs(g)
+        self.abs_sum += float(d.sum())
+        self.max_abs = max(self.max_abs, float(d.max()))
+        self.w1 += int(np.count_nonzero(d <= 1e-3 * ag))
+        self.w5 += int(np.count_nonzero(d <= 5e-3 * ag))
+        tol = ag * self.rtol
+        tol += self.atol
+        self.close += int(np.count_nonzero(d <= tol))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.divide(d, ag, out=ag)         # 0/0 -> nan (means 0), x/0 -> inf
+            chunk_max = float(np.fmax.reduce(rel))   # fmax ignores nan
+            score = np.divide(d, tol, out=tol)
+        self.max_rel = max(self.max_rel, 0.0 if math.isnan(chunk_max) else chunk_max)
+        if self.atol == 0:                            # only then can tol be 0 (and score nan)
+            score[np.isnan(score)] = 0.0
+        k = int(np.argmax(score))
+        if score[k] > self.worst_score:
+            self._set_worst(float(score[k]), offset + k, g[k], t[k])
+
+    def _update_general(self, g: np.ndarray, t: np.ndarray, offset: int) -> None:
         self.n += g.size
         g_nan, t_nan = np.isnan(g), np.isnan(t)
         g_inf, t_inf = np.isinf(g), np.isinf(t)
