@@ -1,0 +1,221 @@
+"""Glue shared by the training integrations: one debugger, step gating, parameter gradients.
+
+An integration only knows *when* things happen in a trainer it does not own; this module turns
+"a micro-batch of optimizer step N begins / its backward ended / the optimizer step is done"
+into ``PrecisionDebugger.start / stop / step``. Every decision about what is recorded stays in
+ts_core. Nothing here imports a training framework; torch is imported lazily.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import warnings
+from typing import Any, Callable, List, Optional
+
+from ts_core import PrecisionDebugger
+
+
+def make_debugger(config_path: Optional[str], debugger: Optional[PrecisionDebugger],
+                  overrides: dict, who: str) -> "DebuggerHandle":
+    """``config_path=`` / keyword overrides build a debugger we own; ``debugger=`` is the user's."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if debugger is not None:
+        if config_path is not None or given:
+            raise ValueError(f"{who}: pass either debugger=... or config_path=/config keywords "
+                             f"({', '.join(sorted(given)) or 'config_path'}), not both")
+        if not isinstance(debugger, PrecisionDebugger):
+            raise TypeError(f"{who}: debugger= takes a ts_core.PrecisionDebugger, "
+                            f"got {type(debugger).__name__}")
+        return DebuggerHandle(debugger, None)
+    factory = lambda: PrecisionDebugger(config_path, **given)    # noqa: E731
+    return DebuggerHandle(factory(), factory)
+
+
+class DebuggerHandle:
+    """The debugger an integration drives. One we built is closed when training ends (every
+    patch restored) and rebuilt from the same arguments if the trainer is used again; one the
+    user passed is never closed by us."""
+
+    def __init__(self, debugger: PrecisionDebugger, factory: Optional[Callable[[], PrecisionDebugger]]):
+        self._debugger = debugger
+        self._factory = factory
+        self._closed = False
+
+    @property
+    def owned(self) -> bool:
+        return self._factory is not None
+
+    def get(self) -> PrecisionDebugger:
+        if self._closed:
+            self._debugger = self._factory()
+            self._closed = False
+        return self._debugger
+
+    def close(self) -> None:
+        if self.owned and not self._closed:
+            self._debugger.close()
+            self._closed = True
+
+
+class StepDriver:
+    """Maps trainer events to one debugger.
+
+    ``begin(step, model)`` -- a micro-batch (or an eval batch) that belongs to optimizer step
+    `step` starts: collect, into that step's folder. No-op outside the configured steps.
+    ``pause()`` -- the micro-batch's backward is done: stop collecting, keep the step open.
+    ``capture_param_grads(model)`` -- take ``parameters_grad`` from ``.grad`` now.
+    ``end_step()`` -- the optimizer step is done: close the step's folder.
+    """
+
+    def __init__(self, handle: DebuggerHandle, dump_eval: bool = False):
+        self.handle = handle
+        self.dump_eval = bool(dump_eval)
+        self.open_step: Optional[int] = None      # step whose folder we opened and not yet closed
+        self.in_window = False
+        self.keep_patches = False                 # prepare() was called: patches stay until finish()
+        self.dumped_steps: List[int] = []
+        self._warned: set = set()
+
+    @property
+    def debugger(self) -> PrecisionDebugger:
+        return self.handle.get()
+
+    def collects(self, step: int) -> bool:
+        return self.handle.get().config.collects_step(step)
+
+    def prepare(self, model: Any) -> None:
+        """Install the debugger's patches and hooks now (collecting nothing) and keep them until
+        finish(), for frameworks that compare torch function identities across steps."""
+        install_now(self.handle.get(), model)
+        self.keep_patches = True
+
+    def begin(self, step: int, model: Any) -> bool:
+        if not self.collects(step):
+            return False
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.is_inference_mode_enabled():
+            # ts_core cannot summarise inference tensors yet (no version counter): skip, loudly
+            self._warn_once("inference", "a batch running under torch.inference_mode() is not recorded "
+                            "(tsprobe cannot read inference tensors yet); e.g. Lightning: "
+                            "Trainer(inference_mode=False) to record evaluation.")
+            return False
+        if self.open_step is not None and self.open_step != step:
+            self.end_step()
+        dbg = self.handle.get()
+        if self.in_window:
+            return True
+        if dbg.current_step != step:
+            dbg.current_step = step
+        dbg.start(model)
+        self.open_step = step
+        self.in_window = True
+        return True
+
+    def pause(self) -> None:
+        if self.in_window:
+            self.in_window = False
+            self.handle.get().stop()
+
+    def capture_param_grads(self, model: Any) -> None:
+        if self.open_step is not None:
+            capture_param_grads(self.handle.get(), model)
+
+    def end_step(self) -> None:
+        if self.open_step is None:
+            return
+        self.pause()
+        step, self.open_step = self.open_step, None
+        dbg = self.handle.get()
+        dbg.current_step = step
+        if self.keep_patches:
+            step_keeping_patches(dbg)
+        else:
+            dbg.step()
+        if step not in self.dumped_steps:
+            self.dumped_steps.append(step)
+
+    def finish(self) -> None:
+        """Training (or an eval run) is over: close the open step, release what we own."""
+        try:
+            self.end_step()
+        finally:
+            self.in_window = False
+            self.open_step = None
+            self.keep_patches = False
+            self.handle.close()
+
+    def _warn_once(self, tag: str, message: str) -> None:
+        if tag not in self._warned:
+            self._warned.add(tag)
+            warnings.warn(f"tsprobe: {message}", RuntimeWarning, stacklevel=3)
+
+
+def install_now(debugger: PrecisionDebugger, model: Any) -> None:
+    """Install every patch and hook of `debugger` now, collecting nothing; they stay until
+    ``close()``. Lightning's ``self.log`` stores ``getattr(torch, "mean")`` and later compares it
+    with the current one: patches that appear (first dumped step) or vanish (after the last)
+    in the middle of a fit make it raise. Installing before the fit and keeping the patches
+    until its end keeps that identity stable."""
+    prepare = getattr(debugger, "prepare", None)
+    if callable(prepare):                 # the public hook, once ts_core has it
+        prepare(model)
+        return
+    # Interim: ts_core has no public way yet (proposed as PrecisionDebugger.prepare(model)).
+    if getattr(debugger, "_backend", None) is None:
+        debugger._make_backend(model)
+    debugger._backend.install(model)
+
+
+def step_keeping_patches(debugger: PrecisionDebugger) -> None:
+    """``debugger.step()``, minus the automatic restore after the last configured step (the
+    patches must stay until the run ends, see install_now)."""
+    cfg = debugger.config
+    if callable(getattr(debugger, "prepare", None)) or cfg.last_step is None:
+        debugger.step()                   # a prepared debugger keeps its patches by itself
+        return
+    # Interim: with no step list there is no "last step" to restore after.
+    debugger.config = dataclasses.replace(cfg, step=[])
+    try:
+        debugger.step()
+    finally:
+        debugger.config = cfg
+
+
+def capture_param_grads(debugger: PrecisionDebugger, model: Any) -> None:
+    """Record ``parameters_grad`` of `model` from the current ``.grad`` (replacing what backward
+    captured), so that it is the gradient the optimizer will see: after accumulation, after the
+    data-parallel all-reduce and after AMP unscaling, whichever of these the trainer has done by
+    the time this is called. Recorded at levels L0/mix only (modules are hooked there)."""
+    record = getattr(debugger, "record_param_grads", None)
+    if callable(record):                  # the public hook, once ts_core has it
+        record()
+        return
+    # Interim: ts_core has no public way yet (proposed as PrecisionDebugger.record_param_grads).
+    # Feed the backend's own post-accumulate-grad handler with today's .grad; it keeps the latest
+    # value per parameter and writes it at stop()/step(), under the naming ModuleHooks uses.
+    modules = getattr(getattr(debugger, "_backend", None), "modules", None)
+    collector = getattr(debugger, "_collector", None)
+    handler = getattr(modules, "_param_grad", None)
+    if (model is None or handler is None or collector is None or getattr(collector, "dump", None) is None
+            or id(model) not in getattr(modules, "hooked", {})):
+        return
+    for path, module in model.named_modules():
+        if not path:
+            continue
+        base = f"Module.{path}.{type(module).__name__}"
+        for pname, param in module.named_parameters(recurse=False):
+            if param.requires_grad and param.grad is not None:
+                handler(base, pname, param)
+
+
+def unwrap(model: Any) -> Any:
+    """The user's module inside DDP/DataParallel/compile wrappers, so that keys read
+    ``Module.fc1...`` on one rank and on many."""
+    seen = 0
+    while seen < 8:
+        inner = getattr(model, "module", None) if type(model).__name__ in (
+            "DistributedDataParallel", "DataParallel") else getattr(model, "_orig_mod", None)
+        if inner is None:
+            return model
+        model, seen = inner, seen + 1
+    return model
