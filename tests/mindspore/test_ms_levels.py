@@ -183,3 +183,29 @@ def test_outside_configured_steps_nothing_is_installed(dump_root):
     assert not hasattr(ops.relu, "__tsprobe_orig__") and type(net.fc1.matmul) is ms.ops.MatMul
     assert "Cell.fc1.Dense.forward.0" in load_dump(helpers.rank_dir(dump_root, 1))["data"]
     dbg.close()
+
+
+def test_token_range_records_only_the_chosen_forward_iterations(dump_root):
+    net = helpers.MLP()
+    dbg = PrecisionDebugger(dump_path=dump_root, level="L0", step=[0])
+    dbg.start(net, token_range=[1, 2])
+    for s in range(4):
+        net(helpers.tensor((1, 6), seed=s))
+    dbg.stop()
+    dbg.close()
+    data = load_dump(helpers.rank_dir(dump_root))["data"]
+    assert sorted(k for k in data if k.startswith("Cell.fc1")) == ["Cell.fc1.Dense.forward.0",
+                                                                   "Cell.fc1.Dense.forward.1"]
+    np.testing.assert_allclose(data["Cell.fc1.Dense.forward.0"]["input_args"][0]["Max"],
+                               helpers.tensor((1, 6), seed=1).asnumpy().max(), rtol=1e-6)
+
+
+def test_graph_mode_warns_that_nothing_is_recorded_inside(dump_root):
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        dbg = PrecisionDebugger(dump_path=dump_root, level="L0", step=[0])
+        with pytest.warns(UserWarning, match="GRAPH_MODE"):
+            dbg.start(helpers.MLP())
+        dbg.close()
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)

@@ -116,3 +116,20 @@ def test_msprobe_step_rejects_wrong_arguments():
         integ.MsprobeStep(object())
     with pytest.raises(TypeError):
         integ.MsprobeStep(PrecisionDebugger(dump_path="unused", level="L0"), model=3)
+
+
+def test_early_start_with_the_net_then_msprobe_step(dump_root):
+    """msprobe's documented pattern: debugger.start(net) once, then Model.train + MsprobeStep."""
+    net = helpers.MLP()
+    dbg = PrecisionDebugger(dump_path=dump_root, level="mix", step=[0, 1])
+    dbg.start(net)
+    model = train.Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), 0.01))   # built after start()
+    model.train(1, _dataset(), callbacks=[integ.MsprobeStep(dbg)], dataset_sink_mode=False)
+    dbg.close()
+    assert _steps_dumped(dump_root) == [0, 1]
+    for step in (0, 1):
+        data = load_dump(helpers.rank_dir(dump_root, step))["data"]
+        fc1 = [k for k in data if k.startswith("Cell.fc1.Dense.forward")]
+        assert fc1 == ["Cell.fc1.Dense.forward.0"], fc1          # one training step, nothing else
+        assert "Cell.fc1.Dense.parameters_grad.0" in data
+        assert sum(k.startswith("Primitive.matmul.MatMul") and k.endswith("forward") for k in data) == 2

@@ -5,6 +5,8 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor
 
+__all__ = ["no_grad", "warm_up", "grad_recording", "is_pynative"]
+
 try:     # PyNative: a context that stops ops being recorded for autodiff
     from mindspore import _no_grad as no_grad
 except ImportError:      # pragma: no cover - older MindSpore

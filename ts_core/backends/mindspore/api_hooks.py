@@ -48,15 +48,23 @@ def is_inplace(name: str, kwargs: dict) -> bool:
     return bool(kwargs.get("inplace")) or kwargs.get("out") is not None
 
 
+_LIST_CACHE: Dict[Tuple[str, float], Dict[str, List[str]]] = {}
+
+
 def load_api_list(path: str = API_LIST) -> Dict[str, List[str]]:
-    with open(path, encoding="utf-8") as f:
-        data = yaml.safe_load(f) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of sections to lists of names")
-    unknown = set(data) - set(SECTIONS)
-    if unknown:
-        raise ValueError(f"{path}: unknown sections {sorted(unknown)}; allowed: {sorted(SECTIONS)}")
-    return {k: [str(n) for n in (v or [])] for k, v in data.items()}
+    """The sections of an API-list file (parsed once per file version: ~1,000 names)."""
+    key = (path, os.path.getmtime(path))
+    cached = _LIST_CACHE.get(key)
+    if cached is None:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a mapping of sections to lists of names")
+        unknown = set(data) - set(SECTIONS)
+        if unknown:
+            raise ValueError(f"{path}: unknown sections {sorted(unknown)}; allowed: {sorted(SECTIONS)}")
+        cached = _LIST_CACHE[key] = {k: [str(n) for n in (v or [])] for k, v in data.items()}
+    return {k: list(v) for k, v in cached.items()}
 
 
 def _resolve(owner: Any, dotted: str) -> Tuple[Any, str, Any]:
@@ -154,14 +162,18 @@ def run_api(collector, orig: Callable, base: str, name: str, args: tuple, kwargs
                 return orig(*args, **kwargs)
             finally:
                 collector.end(call)
-        collector.forward_inputs(call, args, kwargs)
         capture = None
+        run_args, run_kwargs = args, kwargs
         if inplace is None:
             inplace = is_inplace(name, kwargs)
         if pending is not None and grad_recording():
             capture = GradCapture(lambda go, gi: collector.backward(call, go, gi), pending)
             if not inplace and name not in ALIASING and not base.startswith(_COLLECTIVE_PREFIXES):
-                args, kwargs = capture.tap_inputs(args, kwargs)
+                # Tap before summarising: the summary's statistics ops would otherwise be
+                # waited for by the tap (each MindSpore hook placement syncs the pipeline).
+                run_args, run_kwargs = capture.tap_inputs(args, kwargs)
+        collector.forward_inputs(call, args, kwargs)
+        args, kwargs = run_args, run_kwargs
         try:
             out = orig(*args, **kwargs)      # still at depth > 0: nested APIs are not recorded
         finally:

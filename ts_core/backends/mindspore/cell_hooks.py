@@ -69,10 +69,12 @@ class CellHooks:
             call = col.begin(base, is_module=True)
             capture = None
             if call.selected:
-                col.forward_inputs(call, args, kwargs)
+                run_args, run_kwargs = args, kwargs
                 if self.pending is not None and grad_recording():
                     capture = GradCapture(lambda go, gi: col.backward(call, go, gi), self.pending)
-                    args, kwargs = capture.tap_inputs(args, kwargs)
+                    run_args, run_kwargs = capture.tap_inputs(args, kwargs)    # before the stats ops
+                col.forward_inputs(call, args, kwargs)
+                args, kwargs = run_args, run_kwargs
             stack.append((call, capture))
         return (args, kwargs) if capture is not None and capture.tapped else None
 

@@ -72,14 +72,6 @@ def _fill(obj: Any, it) -> Any:
     return obj
 
 
-def _requires_grad(t: Tensor) -> bool:
-    """False for tensors autodiff does not track (created from no differentiable input)."""
-    try:
-        return bool(t._requires_grad)       # pylint: disable=protected-access
-    except Exception:      # pragma: no cover - attribute missing in another version
-        return True
-
-
 class Pending:
     """Captures of the current step that have not completed yet."""
 
@@ -134,10 +126,10 @@ class GradCapture:
         outs = flat_tensors(output, [])
         self.out_grads = [None] * len(outs)
         for i, t in enumerate(outs):
-            if t.dtype in FLOATING and id(t) not in skip_ids and _requires_grad(t):
+            if t.dtype in FLOATING and id(t) not in skip_ids:
                 try:
                     t.register_hook(self._out_hook(i))
-                except RuntimeError:      # not part of the autodiff graph after all
+                except RuntimeError:      # "requires grad is false": not in the autodiff graph
                     continue
                 self.expected += 1
         if self.expected == 0 and not self.tapped:

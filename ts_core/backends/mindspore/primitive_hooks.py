@@ -9,7 +9,7 @@ later ``seed_all(rm_dropout=True)`` still applies). ``restore`` puts every origi
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 from mindspore.ops.primitive import Primitive
 
