@@ -155,7 +155,8 @@ class GradCapture:
     def finish(self, in_grads: list) -> None:
         if not self.done:
             self._drop()
-            self.emit(self.out_grads, in_grads)
+            out_grads, self.out_grads = self.out_grads, []    # a hook may outlive the step: keep no grads
+            self.emit(out_grads, in_grads)
 
     def _drop(self) -> None:
         self.done = True
