@@ -40,6 +40,7 @@ class DebuggerHandle:
         self._debugger = debugger
         self._factory = factory
         self._closed = False
+        self.config = debugger.config        # what to collect; the same for a rebuilt debugger
 
     @property
     def owned(self) -> bool:
@@ -67,9 +68,10 @@ class StepDriver:
     ``end_step()`` -- the optimizer step is done: close the step's folder.
     """
 
-    def __init__(self, handle: DebuggerHandle, dump_eval: bool = False):
+    def __init__(self, handle: DebuggerHandle, dump_eval: Optional[bool] = None):
         self.handle = handle
-        self.dump_eval = bool(dump_eval)
+        # the integration's keyword wins; else a config field `dump_eval` once ts_core has one
+        self.dump_eval = bool(getattr(handle.config, "dump_eval", False) if dump_eval is None else dump_eval)
         self.open_step: Optional[int] = None      # step whose folder we opened and not yet closed
         self.in_window = False
         self.keep_patches = False                 # prepare() was called: patches stay until finish()
@@ -81,7 +83,7 @@ class StepDriver:
         return self.handle.get()
 
     def collects(self, step: int) -> bool:
-        return self.handle.get().config.collects_step(step)
+        return self.handle.config.collects_step(step)
 
     def prepare(self, model: Any) -> None:
         """Install the debugger's patches and hooks now (collecting nothing) and keep them until
@@ -93,7 +95,7 @@ class StepDriver:
         if not self.collects(step):
             return False
         torch = sys.modules.get("torch")
-        if torch is not None and torch.is_inference_mode_enabled():
+        if torch is not None and torch.is_inference_mode_enabled() and not _core_reads_inference_tensors():
             # ts_core cannot summarise inference tensors yet (no version counter): skip, loudly
             self._warn_once("inference", "a batch running under torch.inference_mode() is not recorded "
                             "(tsprobe cannot read inference tensors yet); e.g. Lightning: "
@@ -148,6 +150,26 @@ class StepDriver:
         if tag not in self._warned:
             self._warned.add(tag)
             warnings.warn(f"tsprobe: {message}", RuntimeWarning, stacklevel=3)
+
+
+_INFERENCE_OK: List[bool] = []
+
+
+def _core_reads_inference_tensors() -> bool:
+    """Can ts_core summarise a tensor made under torch.inference_mode()? (Not in the first
+    version: it reads the tensor's version counter, which inference tensors lack.)"""
+    if not _INFERENCE_OK:
+        try:
+            import torch
+            from ts_core.backends.torch import TorchAdapter
+
+            with torch.inference_mode():
+                t = torch.ones(2)
+            TorchAdapter().stats(t)
+            _INFERENCE_OK.append(True)
+        except Exception:
+            _INFERENCE_OK.append(False)
+    return _INFERENCE_OK[0]
 
 
 def install_now(debugger: PrecisionDebugger, model: Any) -> None:

@@ -59,14 +59,15 @@ def _callback_bases() -> tuple:
 class PrecisionDumpCallback(*_callback_bases()):
     """Dump the configured training steps of a Lightning ``Trainer``.
 
-    ``PrecisionDumpCallback(config_path=None, debugger=None, *, dump_eval=False, **overrides)``:
+    ``PrecisionDumpCallback(config_path=None, debugger=None, *, dump_eval=None, **overrides)``:
     `config_path` and keyword overrides (``dump_path=``, ``step=``, ``level=``, any
     ``PrecisionDebugger`` option) build a debugger that the callback owns and closes when the
-    run ends; or pass your own ``debugger=``.
+    run ends; or pass your own ``debugger=``. ``dump_eval=True`` also records evaluation
+    (default: off, or the config's ``dump_eval`` where ts_core's config has that key).
     """
 
     def __init__(self, config_path: Optional[str] = None, debugger: Optional[PrecisionDebugger] = None, *,
-                 dump_eval: bool = False, task: Optional[str] = None, dump_path: Optional[str] = None,
+                 dump_eval: Optional[bool] = None, task: Optional[str] = None, dump_path: Optional[str] = None,
                  level: Optional[str] = None, step: Optional[Sequence[int]] = None, **overrides: Any):
         super().__init__()
         handle = make_debugger(config_path, debugger, dict(task=task, dump_path=dump_path, level=level,

@@ -146,13 +146,14 @@ def _build_trainer_callback():
     class PrecisionDumpCallback(TrainerCallback):
         """Dump the configured training steps of a Hugging Face ``Trainer``.
 
-        ``PrecisionDumpCallback(config_path=None, debugger=None, *, dump_eval=False, **overrides)``:
+        ``PrecisionDumpCallback(config_path=None, debugger=None, *, dump_eval=None, **overrides)``:
         `config_path` and keyword overrides (``dump_path=``, ``step=``, ``level=``, any
         ``PrecisionDebugger`` option) build a debugger that the callback owns and closes when
-        training ends; or pass your own ``debugger=``.
+        training ends; or pass your own ``debugger=``. ``dump_eval=True`` also records
+        evaluation (default: off, or the config's ``dump_eval`` where ts_core's config has that key).
         """
 
-        def __init__(self, config_path=None, debugger=None, *, dump_eval: bool = False, task=None,
+        def __init__(self, config_path=None, debugger=None, *, dump_eval=None, task=None,
                      dump_path=None, level=None, step=None, **overrides):
             handle = make_debugger(config_path, debugger, dict(task=task, dump_path=dump_path, level=level,
                                                                step=step, **overrides), type(self).__name__)

@@ -206,12 +206,20 @@ def test_standalone_validate_with_dump_eval(tmp_path, dump_root):
     assert not param_grad_keys(data) and not keys_like(data, "Module.fc1.Linear.backward.")
 
 
-def test_eval_under_inference_mode_is_skipped_with_a_warning(tmp_path, dump_root):
-    """trainer.validate() runs under torch.inference_mode by default, which ts_core cannot read yet."""
+def test_eval_under_inference_mode(tmp_path, dump_root):
+    """trainer.validate() runs under torch.inference_mode by default: recorded once ts_core can
+    read inference tensors, skipped with a warning (and no crash) until then."""
+    from ts_integrations._common import _core_reads_inference_tensors
+
     cb = PrecisionDumpCallback(dump_path=dump_root, level="mix", step=[0], dump_eval=True)
-    with pytest.warns(RuntimeWarning, match="inference_mode"):
-        trainer(tmp_path, [cb], limit_val_batches=2).validate(Tiny(), loader(8, seed=1))
-    assert step_dirs(dump_root) == []
+    run = trainer(tmp_path, [cb], limit_val_batches=2)
+    if _core_reads_inference_tensors():
+        run.validate(Tiny(), loader(8, seed=1))
+        assert len(keys_like(records(dump_root, 0), "Module.fc1.Linear.forward.")) == 2
+    else:
+        with pytest.warns(RuntimeWarning, match="inference_mode"):
+            run.validate(Tiny(), loader(8, seed=1))
+        assert step_dirs(dump_root) == []
 
 
 def test_yaml_config_and_overrides(tmp_path, dump_root):
