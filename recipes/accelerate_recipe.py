@@ -54,7 +54,7 @@ def describe(dump_path: str) -> None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dump-path", default=os.path.join("recipe_output", "accelerate"))
+    p.add_argument("--dump-path", default=os.path.join("dump_output", "accelerate"))
     p.add_argument("--mixed-precision", default=None, choices=["no", "bf16"])
     p.add_argument("--max-steps", type=int, default=4)
     args = p.parse_args(argv)

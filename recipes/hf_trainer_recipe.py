@@ -54,7 +54,7 @@ def describe(dump_path: str) -> None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dump-path", default=os.path.join("recipe_output", "hf_trainer"))
+    p.add_argument("--dump-path", default=os.path.join("dump_output", "hf_trainer"))
     p.add_argument("--output-dir", default=None, help="Trainer output dir (default: a temporary one)")
     p.add_argument("--bf16", action="store_true", help="bf16 mixed precision (CPU autocast)")
     p.add_argument("--max-steps", type=int, default=4)

@@ -60,7 +60,7 @@ def describe(dump_path: str) -> None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dump-path", default=os.path.join("recipe_output", "lightning"))
+    p.add_argument("--dump-path", default=os.path.join("dump_output", "lightning"))
     p.add_argument("--devices", type=int, default=1, help="2: DDP on two CPU processes")
     p.add_argument("--precision", default="32-true", help="e.g. bf16-mixed")
     p.add_argument("--max-steps", type=int, default=4)

@@ -48,7 +48,7 @@ def describe(dump_path: str) -> None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dump-path", default=os.path.join("recipe_output", "torch_loop"))
+    p.add_argument("--dump-path", default=os.path.join("dump_output", "torch_loop"))
     p.add_argument("--max-steps", type=int, default=4)
     args = p.parse_args(argv)
 
