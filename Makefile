@@ -11,9 +11,10 @@ STAMP   := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml $(CONSTR) Makefile
+$(STAMP): pyproject.toml $(CONSTR) requirements/install_vllm.sh Makefile
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check -c $(CONSTR) -e '.[test,msprobe]'
+	bash requirements/install_vllm.sh $(BIN)/python
 	@touch $(STAMP)
 
 demo: $(STAMP)

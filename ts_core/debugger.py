@@ -49,6 +49,7 @@ class PrecisionDebugger:
         self._iteration = 0
         self._debug_counts: dict = {}
         self._warned: set = set()
+        self._keep_installed = False     # prepare(): patches stay until close()
         prev = PrecisionDebugger._current
         if prev is not None and not prev._closed:
             prev.close()
@@ -71,15 +72,16 @@ class PrecisionDebugger:
         if col.dump is None or col.step != self.current_step:
             col.open_step(self.current_step, rank)
             self._backend.new_step()
+            self._iteration = 0             # token_range: each step counts from its own prefill
         if self.config.level in ("L0", "mix") and model is None and not self._backend.modules.hooked:
             self._warn_once("model", f"level {self.config.level} records modules only when the model is "
                             "passed: call debugger.start(model).")
         self._backend.install(model)
-        if token_range is not None and self._token_range is None:
+        if token_range is not None:
+            if self._token_range is None:
+                self._backend.watch_iterations(model if not isinstance(model, (list, tuple)) else model[0],
+                                               self._iteration_begin, self._iteration_end)
             self._token_range = token_range
-            self._iteration = 0
-            self._backend.watch_iterations(model if not isinstance(model, (list, tuple)) else model[0],
-                                           self._iteration_begin, self._iteration_end)
         self._in_window = True
         self._switch.active = self.config.level != "debug" and self._token_range is None
 
@@ -101,9 +103,29 @@ class PrecisionDebugger:
         self._close_step()
         self.current_step += 1
         last = self.config.last_step
-        if last is not None and self.current_step > last and self._backend is not None:
+        if last is not None and self.current_step > last and self._backend is not None \
+                and not self._keep_installed:
             self._backend.close()       # nothing left to collect: restore everything now
             self._collector.shutdown()
+
+    def prepare(self, model: Any = None) -> None:
+        """Install every patch and hook now, collecting nothing, and keep them until close()
+        (no restore after the last configured step). For callbacks inside frameworks that
+        compare torch function identities over a run (Lightning's ``self.log``)."""
+        self._check_open()
+        if self._backend is None:
+            self._make_backend(model)
+        self._backend.install(model)
+        self._keep_installed = True
+
+    def record_param_grads(self) -> None:
+        """Take ``parameters_grad`` of the hooked modules from their parameters' current
+        ``.grad`` (replacing what backward captured), e.g. after AMP unscaling or a data-parallel
+        all-reduce. Written at the next stop()/step(); only while a step folder is open."""
+        if self._collector is not None and self._collector.dump is not None:
+            capture = getattr(self._backend, "capture_param_grads", None)
+            if capture is not None:
+                capture()
 
     def set_init_step(self, step: int) -> None:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -128,6 +150,38 @@ class PrecisionDebugger:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    # -- per-forward control for integrations (token ranges of batched inference engines) -----
+    @property
+    def in_window(self) -> bool:
+        """True between start() and stop() when the current step and rank are collected."""
+        return self._in_window
+
+    def set_collecting(self, on: bool) -> None:
+        """Switch collection on or off inside the start()/stop() window, e.g. per forward of an
+        inference engine whose forwards are not one token each. No effect outside the window."""
+        self._switch.active = bool(on) and self._in_window and self.config.level != "debug"
+
+    @property
+    def open_dump_dir(self) -> Optional[str]:
+        """The step/rank folder being written now, or None."""
+        col = self._collector
+        return col.dump.path if col is not None and col.dump is not None else None
+
+    def record_keys(self) -> list:
+        """Keys recorded so far in the open step folder, in recording order (flushes first)."""
+        col = self._collector
+        if col is None or col.dump is None:
+            return []
+        col.flush()
+        return list(col.dump.data)
+
+    def bind(self, model: Any) -> None:
+        """Choose the framework backend from `model` now, without collecting (for integrations
+        that learn the model before the first ``start``). No-op once a backend is chosen."""
+        self._check_open()
+        if self._backend is None:
+            self._make_backend(model)
 
     # -- debug level ----------------------------------------------------------------------
     def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
@@ -175,7 +229,14 @@ class PrecisionDebugger:
         return list(self._collector.dump_dirs) if self._collector else []
 
     def _make_backend(self, model: Any, sample: Any = None) -> None:
-        framework = framework_of(model, self.config.framework)
+        """Choose the backend from the model (or a value handed to ``save``), else the config."""
+        probe = model
+        if probe is None and sample is not None and not self.config.framework:
+            probe = _first_leaf(sample)
+        try:
+            framework = framework_of(probe, self.config.framework)
+        except TypeError:
+            framework = framework_of(None, self.config.framework)
         backend_cls = load_backend(framework)
         self._collector = Collector(self.config, backend_cls.adapter_class(), backend_cls.skip_dirs)
         self._backend = backend_cls(self.config, self._collector, self._switch)
@@ -213,6 +274,12 @@ class PrecisionDebugger:
         if tag not in self._warned:
             self._warned.add(tag)
             warnings.warn(f"tsprobe: {message}", stacklevel=3)
+
+
+def _first_leaf(value: Any) -> Any:
+    while isinstance(value, (list, tuple, dict)) and value:
+        value = next(iter(value.values())) if isinstance(value, dict) else value[0]
+    return value
 
 
 def _is_main_rank(rank: Optional[int]) -> bool:

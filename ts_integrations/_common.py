@@ -7,8 +7,6 @@ ts_core. Nothing here imports a training framework; torch is imported lazily.
 """
 from __future__ import annotations
 
-import dataclasses
-import sys
 import warnings
 from typing import Any, Callable, List, Optional
 
@@ -88,18 +86,11 @@ class StepDriver:
     def prepare(self, model: Any) -> None:
         """Install the debugger's patches and hooks now (collecting nothing) and keep them until
         finish(), for frameworks that compare torch function identities across steps."""
-        install_now(self.handle.get(), model)
+        self.handle.get().prepare(model)
         self.keep_patches = True
 
     def begin(self, step: int, model: Any) -> bool:
         if not self.collects(step):
-            return False
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.is_inference_mode_enabled() and not _core_reads_inference_tensors():
-            # ts_core cannot summarise inference tensors yet (no version counter): skip, loudly
-            self._warn_once("inference", "a batch running under torch.inference_mode() is not recorded "
-                            "(tsprobe cannot read inference tensors yet); e.g. Lightning: "
-                            "Trainer(inference_mode=False) to record evaluation.")
             return False
         if self.open_step is not None and self.open_step != step:
             self.end_step()
@@ -120,7 +111,7 @@ class StepDriver:
 
     def capture_param_grads(self, model: Any) -> None:
         if self.open_step is not None:
-            capture_param_grads(self.handle.get(), model)
+            self.handle.get().record_param_grads()
 
     def end_step(self) -> None:
         if self.open_step is None:
@@ -129,10 +120,7 @@ class StepDriver:
         step, self.open_step = self.open_step, None
         dbg = self.handle.get()
         dbg.current_step = step
-        if self.keep_patches:
-            step_keeping_patches(dbg)
-        else:
-            dbg.step()
+        dbg.step()
         if step not in self.dumped_steps:
             self.dumped_steps.append(step)
 
@@ -150,84 +138,6 @@ class StepDriver:
         if tag not in self._warned:
             self._warned.add(tag)
             warnings.warn(f"tsprobe: {message}", RuntimeWarning, stacklevel=3)
-
-
-_INFERENCE_OK: List[bool] = []
-
-
-def _core_reads_inference_tensors() -> bool:
-    """Can ts_core summarise a tensor made under torch.inference_mode()? (Not in the first
-    version: it reads the tensor's version counter, which inference tensors lack.)"""
-    if not _INFERENCE_OK:
-        try:
-            import torch
-            from ts_core.backends.torch import TorchAdapter
-
-            with torch.inference_mode():
-                t = torch.ones(2)
-            TorchAdapter().stats(t)
-            _INFERENCE_OK.append(True)
-        except Exception:
-            _INFERENCE_OK.append(False)
-    return _INFERENCE_OK[0]
-
-
-def install_now(debugger: PrecisionDebugger, model: Any) -> None:
-    """Install every patch and hook of `debugger` now, collecting nothing; they stay until
-    ``close()``. Lightning's ``self.log`` stores ``getattr(torch, "mean")`` and later compares it
-    with the current one: patches that appear (first dumped step) or vanish (after the last)
-    in the middle of a fit make it raise. Installing before the fit and keeping the patches
-    until its end keeps that identity stable."""
-    prepare = getattr(debugger, "prepare", None)
-    if callable(prepare):                 # the public hook, once ts_core has it
-        prepare(model)
-        return
-    # Interim: ts_core has no public way yet (proposed as PrecisionDebugger.prepare(model)).
-    if getattr(debugger, "_backend", None) is None:
-        debugger._make_backend(model)
-    debugger._backend.install(model)
-
-
-def step_keeping_patches(debugger: PrecisionDebugger) -> None:
-    """``debugger.step()``, minus the automatic restore after the last configured step (the
-    patches must stay until the run ends, see install_now)."""
-    cfg = debugger.config
-    if callable(getattr(debugger, "prepare", None)) or cfg.last_step is None:
-        debugger.step()                   # a prepared debugger keeps its patches by itself
-        return
-    # Interim: with no step list there is no "last step" to restore after.
-    debugger.config = dataclasses.replace(cfg, step=[])
-    try:
-        debugger.step()
-    finally:
-        debugger.config = cfg
-
-
-def capture_param_grads(debugger: PrecisionDebugger, model: Any) -> None:
-    """Record ``parameters_grad`` of `model` from the current ``.grad`` (replacing what backward
-    captured), so that it is the gradient the optimizer will see: after accumulation, after the
-    data-parallel all-reduce and after AMP unscaling, whichever of these the trainer has done by
-    the time this is called. Recorded at levels L0/mix only (modules are hooked there)."""
-    record = getattr(debugger, "record_param_grads", None)
-    if callable(record):                  # the public hook, once ts_core has it
-        record()
-        return
-    # Interim: ts_core has no public way yet (proposed as PrecisionDebugger.record_param_grads).
-    # Feed the backend's own post-accumulate-grad handler with today's .grad; it keeps the latest
-    # value per parameter and writes it at stop()/step(), under the naming ModuleHooks uses.
-    modules = getattr(getattr(debugger, "_backend", None), "modules", None)
-    collector = getattr(debugger, "_collector", None)
-    handler = getattr(modules, "_param_grad", None)
-    if (model is None or handler is None or collector is None or getattr(collector, "dump", None) is None
-            or id(model) not in getattr(modules, "hooked", {})):
-        return
-    for path, module in model.named_modules():
-        if not path:
-            continue
-        base = f"Module.{path}.{type(module).__name__}"
-        for pname, param in module.named_parameters(recurse=False):
-            if param.requires_grad and param.grad is not None:
-                handler(base, pname, param)
 
 
 def unwrap(model: Any) -> Any:

@@ -28,7 +28,7 @@ from typing import Any, Iterator, Optional
 
 from ts_core import PrecisionDebugger
 
-from ._common import capture_param_grads, unwrap
+from ._common import unwrap
 
 __all__ = ["collect"]
 
@@ -62,5 +62,5 @@ def collect(accelerator: Any, debugger: PrecisionDebugger, model: Any = None, *,
             debugger.stop()
         if accelerator.sync_gradients:
             if collecting:
-                capture_param_grads(debugger, inner)
+                debugger.record_param_grads()
             debugger.step()

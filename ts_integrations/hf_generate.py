@@ -33,70 +33,6 @@ FORMAT = "tsprobe.token_map/1"
 # PrecisionDebugger has no public per-forward switch yet; these helpers use it when it appears
 # (see docs/inference.md, "Core hooks") and fall back to its documented-internal state.
 
-def _in_window(debugger: Any) -> bool:
-    v = getattr(debugger, "in_window", None)
-    if isinstance(v, bool):
-        return v
-    return bool(getattr(debugger, "_in_window", False))
-
-
-def _set_collecting(debugger: Any, on: bool) -> None:
-    fn = getattr(debugger, "set_collecting", None)
-    if callable(fn):
-        fn(on)
-        return
-    debugger._switch.active = bool(on) and _in_window(debugger) and debugger.config.level != "debug"
-
-
-def _record_keys(debugger: Any) -> List[str]:
-    """Keys recorded so far in the open step folder, in the order they were recorded."""
-    fn = getattr(debugger, "record_keys", None)
-    if callable(fn):
-        return list(fn())
-    col = getattr(debugger, "_collector", None)
-    if col is None or col.dump is None:
-        return []
-    col.flush()
-    return list(col.dump.data)
-
-
-def _rank_dir(debugger: Any) -> Optional[str]:
-    col = getattr(debugger, "_collector", None)
-    if col is not None and col.dump is not None:
-        return col.dump.path
-    dirs = debugger.dump_dirs
-    return dirs[-1] if dirs else None
-
-
-def _tolerate_inference_tensors(debugger: Any) -> None:
-    """Temporary: the torch adapter's statistics cache (ts_core 0d16b58) reads ``t._version``,
-    which tensors made under ``torch.inference_mode`` (all of vLLM's) do not have, so their
-    statistics raise. Until ts_core handles them (see docs/inference.md), statistics of such a
-    tensor are taken from a normal copy. Does nothing when the adapter copes already."""
-    col = getattr(debugger, "_collector", None)
-    adapter = getattr(col, "adapter", None)
-    if adapter is None or getattr(adapter, "_tsprobe_inference_shim", False) or not hasattr(adapter, "stats"):
-        return
-    import torch
-    with torch.inference_mode():
-        probe = torch.ones(2)
-    try:
-        adapter.stats(probe)
-        return
-    except RuntimeError:
-        pass
-    original = adapter.stats
-
-    def stats(t: Any) -> Any:
-        if isinstance(t, torch.Tensor) and t.is_inference():
-            with torch.inference_mode(False):
-                t = t.clone()
-        return original(t)
-
-    adapter.stats = stats
-    adapter._tsprobe_inference_shim = True
-
-
 def check_token_range(token_range: Any) -> Tuple[int, int]:
     if (not isinstance(token_range, (list, tuple)) or len(token_range) != 2
             or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in token_range)
@@ -174,12 +110,11 @@ class TokenWindow:
     def __enter__(self) -> "TokenWindow":
         dbg = self.debugger
         dbg.start(self.model)
-        _set_collecting(dbg, False)
-        if not _in_window(dbg):         # this step or rank is not collected: do nothing
+        dbg.set_collecting(False)
+        if not dbg.in_window:         # this step or rank is not collected: do nothing
             return self
-        _tolerate_inference_tensors(dbg)
-        self._rank_dir = _rank_dir(dbg)
-        self._keys_before = len(_record_keys(dbg))
+        self._rank_dir = dbg.open_dump_dir
+        self._keys_before = len(dbg.record_keys())
         self._handles.append(self.model.register_forward_pre_hook(self._pre, with_kwargs=True, prepend=True))
         end = self.end_module if self.end_module is not None else self.model
         self._handles.append(end.register_forward_hook(self._post, always_call=True))
@@ -228,7 +163,7 @@ class TokenWindow:
         entry.update(info.extra)
         entry["segments"] = [dict(s) for s in info.segments]
         self._open = entry
-        _set_collecting(self.debugger, True)
+        self.debugger.set_collecting(True)
 
     def _post(self, module: Any, args: tuple, output: Any) -> None:
         self._close_iteration()
@@ -238,8 +173,8 @@ class TokenWindow:
         if entry is None:
             return
         self._open = None
-        _set_collecting(self.debugger, False)
-        keys = _record_keys(self.debugger)
+        self.debugger.set_collecting(False)
+        keys = self.debugger.record_keys()
         entry["records"] = keys[self._keys_before:]
         self._keys_before = len(keys)
         self.iterations.append(entry)

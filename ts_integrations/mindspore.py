@@ -81,13 +81,11 @@ def _has_hooked_model(debugger: PrecisionDebugger) -> bool:
 def _choose_mindspore(debugger: PrecisionDebugger, network: Any) -> None:
     """``start()`` without a model picks the framework from the config or from the one
     framework imported; with torch imported too it cannot. This callback knows it is
-    MindSpore: create the debugger's backend from the network (nothing is hooked by that).
-    Interim: ts_core has no public way to name the framework at start() yet."""
-    if getattr(debugger, "_backend", None) is not None or debugger.config.framework:
+    MindSpore: bind the debugger to the network (nothing is hooked by that)."""
+    if debugger.config.framework or not isinstance(network, nn.Cell):
         return
-    make = getattr(debugger, "_make_backend", None)
-    if callable(make) and isinstance(network, nn.Cell) and debugger.config.collects_step(debugger.current_step):
-        make(network)
+    if debugger.config.collects_step(debugger.current_step):
+        debugger.bind(network)
 
 
 class MsprobeStep(ms.train.Callback):

@@ -5,13 +5,14 @@ This module holds two independent parts; each imports what it needs only when it
 
 * ``PrecisionDumpCallback`` -- a ``transformers.TrainerCallback`` for ``Trainer`` training
   (section "Trainer callback" below).
-* ``generate_with_dump`` -- token ranges for ``generate`` (added separately).
+* ``generate_with_dump`` / ``split_by_request`` -- token ranges for ``generate``, from
+  ``hf_generate.py``.
 """
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PrecisionDumpCallback"]
+__all__ = ["PrecisionDumpCallback", "generate_with_dump", "split_by_request"]
 
 
 # ======================================================================================
@@ -237,6 +238,10 @@ def __getattr__(name: str) -> Any:
         cls = _build_trainer_callback()
         globals()[name] = cls
         return cls
+    if name in ("generate_with_dump", "split_by_request"):      # token ranges: hf_generate.py
+        from . import hf_generate
+
+        return getattr(hf_generate, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # ======================================================================================

@@ -105,8 +105,6 @@ def test_token_range_needs_the_model(dump_root):
     dbg.close()
 
 
-@pytest.mark.xfail(reason="ts_core: the forward count of token_range is not reset per step, so a second "
-                          "generation dumps nothing (debugger.py diff in the issue-7 report)", strict=False)
 def test_each_step_counts_from_its_own_prefill(model, dump_root):
     dbg = PrecisionDebugger(task="statistics", level="L0", dump_path=dump_root)
     for _ in range(2):
@@ -120,9 +118,6 @@ def test_each_step_counts_from_its_own_prefill(model, dump_root):
         assert len(keys_of(data, NORM)) == 3, f"step {step}"
 
 
-@pytest.mark.xfail(reason="ts_core: statistics of tensors made under torch.inference_mode raise "
-                          "'Inference tensors do not track version counter' (tensors.py diff in the "
-                          "issue-7 report)", raises=RuntimeError, strict=False)
 def test_inference_mode_loop(model, dump_root):
     import torch
     dbg = PrecisionDebugger(task="statistics", level="L0", dump_path=dump_root)

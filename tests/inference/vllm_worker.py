@@ -65,10 +65,6 @@ def main(out: str, model_dir: str) -> int:
     model = get_model(llm)
     facts["direct_model"] = type(model).__name__
     dbg.start(model=model, token_range=[1, 3])
-    # vLLM's tensors are inference tensors; until ts_core's statistics handle them (see
-    # test_inference_mode_statistics), take them from copies. A no-op once ts_core does.
-    from ts_integrations.hf_generate import _tolerate_inference_tensors
-    _tolerate_inference_tensors(dbg)
     facts["direct_tokens"], _ = gen([[t + 1 for t in short]])
     dbg.stop()
     dbg.step()

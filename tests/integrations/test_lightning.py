@@ -207,19 +207,12 @@ def test_standalone_validate_with_dump_eval(tmp_path, dump_root):
 
 
 def test_eval_under_inference_mode(tmp_path, dump_root):
-    """trainer.validate() runs under torch.inference_mode by default: recorded once ts_core can
-    read inference tensors, skipped with a warning (and no crash) until then."""
-    from ts_integrations._common import _core_reads_inference_tensors
-
+    """trainer.validate() runs under torch.inference_mode by default: inference tensors have no
+    version counter, and are still recorded."""
     cb = PrecisionDumpCallback(dump_path=dump_root, level="mix", step=[0], dump_eval=True)
     run = trainer(tmp_path, [cb], limit_val_batches=2)
-    if _core_reads_inference_tensors():
-        run.validate(Tiny(), loader(8, seed=1))
-        assert len(keys_like(records(dump_root, 0), "Module.fc1.Linear.forward.")) == 2
-    else:
-        with pytest.warns(RuntimeWarning, match="inference_mode"):
-            run.validate(Tiny(), loader(8, seed=1))
-        assert step_dirs(dump_root) == []
+    run.validate(Tiny(), loader(8, seed=1))
+    assert len(keys_like(records(dump_root, 0), "Module.fc1.Linear.forward.")) == 2
 
 
 def test_yaml_config_and_overrides(tmp_path, dump_root):

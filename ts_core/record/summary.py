@@ -108,6 +108,7 @@ def _typed(v: Optional[float], dtype: str, field: str) -> Any:
     """Integer/bool tensors keep integer/bool Max and Min, as msprobe writes them."""
     if v is None or v != v or field in ("Mean", "Norm"):
         return v
+    dtype = dtype.lower()           # torch.int64, MindSpore Int32
     if "bool" in dtype:
         return bool(v)
     if "int" in dtype and abs(v) < 2**53:

@@ -71,6 +71,10 @@ class TorchBackend:
         for i, t in enumerate(tensors):
             t.register_hook(make_hook(i))
 
+    def capture_param_grads(self) -> None:
+        with internal():
+            self.modules.capture_param_grads()
+
     def end_step(self) -> None:
         with internal():
             self.modules.emit_param_grads()

@@ -24,6 +24,7 @@ class ModuleHooks:
         self.hooked: Dict[int, Any] = {}
         self._open: Dict[int, List[Optional[Tuple[Any, Optional[GradCapture], bool]]]] = {}
         self.param_grads: Dict[str, Dict[str, Any]] = {}
+        self.params: List[Tuple[str, str, torch.Tensor]] = []    # (base, name, param) hooked
 
     def install(self, model: torch.nn.Module, index: Optional[int] = None) -> int:
         """Hook every submodule of `model` (not `model` itself). Idempotent per model."""
@@ -44,6 +45,7 @@ class ModuleHooks:
                 if param.requires_grad:
                     self.handles.append(param.register_post_accumulate_grad_hook(
                         functools.partial(self._param_grad, base, pname)))
+                    self.params.append((base, pname, param))
             count += 1
         return count
 
@@ -99,6 +101,11 @@ class ModuleHooks:
             summary = col.summ.summarize(param.grad, f"{base}.parameters_grad.0.{pname}")
             self.param_grads.setdefault(base, {})[pname] = [summary]     # msprobe: a one-element list
 
+    def capture_param_grads(self) -> None:
+        """Re-read every hooked parameter's current .grad (the latest value wins)."""
+        for base, pname, param in self.params:
+            self._param_grad(base, pname, param)
+
     def emit_param_grads(self) -> None:
         """One ``parameters_grad`` record per module with gradients this step."""
         grads, self.param_grads = self.param_grads, {}
@@ -114,4 +121,5 @@ class ModuleHooks:
             h.remove()
         self.handles.clear()
         self.hooked.clear()
+        self.params.clear()
         self.reset()

@@ -36,6 +36,9 @@ class TorchAdapter:
         float64/integer input so integer extremes stay exact). No host sync."""
         if t.numel() == 0 or t.is_meta:
             return None
+        if t.is_inference():    # no version counter (torch.inference_mode, vLLM): no reuse
+            with torch.no_grad():
+                return _stats(t)
         hit = self._recent.get(id(t))
         if hit is not None and hit[0]() is t and hit[1] == t._version:
             return hit[2]
