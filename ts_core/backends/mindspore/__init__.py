@@ -9,7 +9,7 @@ from typing import Any, Optional
 import mindspore as ms
 from mindspore import Tensor, nn
 
-from ._depth import internal
+from .._depth import internal
 from ._runtime import grad_recording, is_pynative, warm_up
 from .api_hooks import ApiPatcher, run_api
 from .cell_hooks import CellHooks

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import yaml
 
-from ._depth import DEPTH
+from .._depth import DEPTH
 from ._runtime import grad_recording
 from .grad_capture import GradCapture, Pending, flat_tensors
 

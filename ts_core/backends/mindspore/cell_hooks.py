@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Dict, List, Optional, Tuple
 
-from ._depth import DEPTH, internal
+from .._depth import DEPTH, internal
 from ._runtime import grad_recording
 from .grad_capture import GradCapture, Pending
 

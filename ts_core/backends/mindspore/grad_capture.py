@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List
 
 from mindspore import Tensor, ops
 
-from ._depth import internal
+from .._depth import internal
 from .tensors import FLOATING
 
 

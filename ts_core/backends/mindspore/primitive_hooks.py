@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Tuple
 
 from mindspore.ops.primitive import Primitive
 
-from ._depth import DEPTH
+from .._depth import DEPTH
 
 
 def _side_effect(prim: Any) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, mint
 
-from ._depth import internal
+from .._depth import internal
 from ._runtime import no_grad, warm_up
 
 # The originals, taken before any L1 patch (this module is imported before patching).

@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import torch
 
-from ._depth import internal
+from .._depth import internal
 from .api_hooks import ApiPatcher, run_api
 from .grad_capture import flat_tensors
 from .module_hooks import ModuleHooks

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 import yaml
 
-from ._depth import DEPTH
+from .._depth import DEPTH
 from .grad_capture import GradCapture
 
 API_LIST = os.path.join(os.path.dirname(__file__), "api_list.yaml")

@@ -15,7 +15,7 @@ from typing import Any, Callable, List, Optional
 
 import torch
 
-from ._depth import internal
+from .._depth import internal
 
 
 class _GradTap(torch.autograd.Function):

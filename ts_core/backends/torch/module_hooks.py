@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from ._depth import DEPTH, internal
+from .._depth import DEPTH, internal
 from .api_hooks import _node_target
 from .grad_capture import GradCapture
 

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ._depth import internal
+from .._depth import internal
 
 _FLOATS = {torch.float16, torch.bfloat16, torch.float32}
 

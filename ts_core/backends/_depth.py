@@ -1,5 +1,6 @@
-"""Per-thread nesting depth: a call made inside a wrapped call (or inside tsprobe's own
-statistics, which use MindSpore ops) is not recorded again."""
+"""Per-thread nesting depth, shared by every backend: a call made inside a wrapped call (or
+inside tsprobe's own work, such as statistics computed with framework ops) is not recorded
+again."""
 import threading
 from contextlib import contextmanager
 
