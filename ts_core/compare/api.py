@@ -22,7 +22,8 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
             *, rtol: Optional[float] = None, atol: Optional[float] = None, stats_only: bool = False,
             equal_nan: bool = True, workers: Optional[int] = None, html: bool = True,
             verbose: bool = True, progress: Optional[bool] = None,
-            normalise: Callable[[str], str] = default_normalise) -> CompareResult:
+            normalise: Callable[[str], str] = default_normalise, crossframework: Optional[bool] = None,
+            mapping: Optional[os.PathLike | str] = None) -> CompareResult:
     """Compare two dumps and name the first call that diverged.
 
     ``golden``/``target``: a dump root (``step*/rank*``), a step folder, a rank folder or a
@@ -30,8 +31,12 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
     ``rtol``/``atol`` override the dtype defaults; ``stats_only`` ignores tensor files.
     With ``output_dir``, writes compare.csv, summary.json and report.html there.
     ``verbose`` prints the terminal summary. Raises DumpFormatError for unreadable input.
+    ``crossframework``: pair a PyTorch dump with a MindSpore one through the torch<->MindSpore
+    mapping (``mapping``: its yaml file, default ``torch_mapping.yaml``); ``None`` decides from
+    the dumps' ``framework`` fields, ``False`` never maps.
     """
-    opts = Options(rtol=rtol, atol=atol, stats_only=stats_only, equal_nan=equal_nan, normalise=normalise)
+    opts = Options(rtol=rtol, atol=atol, stats_only=stats_only, equal_nan=equal_nan, normalise=normalise,
+                   crossframework=crossframework, mapping=str(mapping) if mapping is not None else None)
     pairs, lone_g, lone_t = pair_units(find_dumps(golden), find_dumps(target))
     if not pairs:
         raise DumpFormatError(f"nothing to compare: no step/rank of {golden} ({_labels(lone_g)}) matches one "
@@ -54,7 +59,8 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
         unpaired_golden=[str(u.json_path) for u in lone_g], unpaired_target=[str(u.json_path) for u in lone_t],
         tolerances=tolerances,
         options={"stats_only": stats_only, "equal_nan": equal_nan,
-                 "normalise": getattr(normalise, "__name__", str(normalise))})
+                 "normalise": getattr(normalise, "__name__", str(normalise)),
+                 "crossframework": crossframework, "mapping": opts.mapping})
     if output_dir is not None:
         write_outputs(result, Path(output_dir), html=html)
     if verbose:

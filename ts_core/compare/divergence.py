@@ -104,8 +104,10 @@ def _build(cp, out_rows: List[Row], cause: str, gd: Dump, td: Dump, step, rank) 
     worst = _worst(out_rows)
     sides = [(c, d) for c, d in ((cp.golden, gd), (cp.target, td)) if c is not None]
     # a backward call has no stack of its own: use its forward call's
-    stack = next((s for c, d in sides for s in (d.stacks.get(forward_key(c.key)), d.stacks.get(c.key)) if s), [])
-    module = next((d.construct[c.key] for c, d in sides if d.construct.get(c.key)), None)
+    # a merged group (cross-framework: "Torch.sigmoid.0.forward+Tensor.__mul__.0.forward") uses its first call's
+    first = lambda c: c.key.split("+", 1)[0] if "+" in c.key and not c.key.startswith("+") else c.key  # noqa: E731
+    stack = next((s for c, d in sides for s in (d.stacks.get(forward_key(first(c))), d.stacks.get(first(c))) if s), [])
+    module = next((d.construct[first(c)] for c, d in sides if d.construct.get(first(c))), None)
     return FirstDivergence(
         key=cp.key, target_key=cp.target.key if cp.target else None, direction=cp.direction,
         tensor=worst.name, verdict=worst.verdict, reason=worst.reason, cause=cause,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import TensorFileError
-from .loader import OUTPUT, Call, Dump, DumpUnit, Entry, is_tensor_summary
+from .loader import OUTPUT, PARAMETER, Call, Dump, DumpUnit, Entry, is_tensor_summary
 from .matching import BACKWARD, FORWARD, OTHER, align, default_normalise
 from .metrics import STAT_NAMES, compare_arrays, compare_stats, has_stats
 from .result import PairResult, Row, count_rows
@@ -22,6 +22,8 @@ class Options:
     stats_only: bool = False
     equal_nan: bool = True
     normalise: Callable[[str], str] = default_normalise
+    crossframework: Optional[bool] = None     # None: when the dumps' frameworks are torch and MindSpore
+    mapping: Optional[str] = None             # cross-framework mapping file (default: torch_mapping.yaml)
 
 
 @dataclass
@@ -182,7 +184,11 @@ def _compare_data(g_name: str, t_name: str, row: Row, gd: Dump, td: Dump, tol, o
 
 
 def compare_calls(cp: CallPair, order: int, step: Optional[int], rank: str, gd: Dump, td: Dump,
-                  opts: Options) -> List[Row]:
+                  opts: Options, one_sided_params: bool = True) -> List[Row]:
+    """Rows of one call pair. ``one_sided_params=False`` (cross-framework) skips a parameter
+    recorded by one side only (MindSpore records a BatchNorm's moving_mean as a Parameter,
+    torch's running_mean is a buffer its dump does not list) and an API argument one side's
+    signature does not have (torch layer_norm's eps, MindSpore's LayerNorm primitive has none)."""
     g, t = cp.golden, cp.target
     base = dict(step=step, rank=rank, order=order, direction=cp.direction,
                 golden_key=g.key if g else None, target_key=t.key if t else None)
@@ -209,18 +215,27 @@ def compare_calls(cp: CallPair, order: int, step: Optional[int], rank: str, gd: 
     rows = []
     for role, arg in keys:
         ge, te = cp.entry("golden", role, arg), cp.entry("target", role, arg)
+        if not one_sided_params and (ge is None or te is None) and \
+                (role == PARAMETER or (role != OUTPUT and cp.kind == "api")):
+            continue
         row = compare_entries(ge, te, dict(base, role=role, arg=arg, name=f"{g.key}.{arg}"), gd, td, opts)
         if row is not None:
             rows.append(row)
     return rows
 
 
-def align_calls(gcalls: List[Call], tcalls: List[Call], opts: Options) -> List[List[CallPair]]:
+def align_calls(gcalls: List[Call], tcalls: List[Call], opts: Options,
+                golden_name: Optional[Callable[[str], str]] = None,
+                target_name: Optional[Callable[[str], str]] = None) -> List[List[CallPair]]:
     """Aligned call pairs per direction, in execution order: forward, backward, other.
 
     Calls are aligned as sequences; parameters_grad records pair by exact key instead,
     since tools place them differently (msprobe: before the module's backward record).
+    ``golden_name``/``target_name`` give the name a key is aligned under (cross-framework:
+    MindSpore keys in torch vocabulary); by default the key itself.
     """
+    gn = golden_name or _same
+    tn = target_name or _same
     out = []
     for direction in (FORWARD, BACKWARD, OTHER):
         gs = [c for c in gcalls if c.direction == direction]
@@ -228,12 +243,17 @@ def align_calls(gcalls: List[Call], tcalls: List[Call], opts: Options) -> List[L
         g_seq = [c for c in gs if c.kind != "parameters_grad"]
         t_seq = [c for c in ts if c.kind != "parameters_grad"]
         pairs = [CallPair(g_seq[i] if i is not None else None, t_seq[j] if j is not None else None, direction)
-                 for i, j in align([c.key for c in g_seq], [c.key for c in t_seq], opts.normalise)]
-        out.append(_insert_keyed(pairs, gs, ts, direction))
+                 for i, j in align([gn(c.key) for c in g_seq], [tn(c.key) for c in t_seq], opts.normalise)]
+        out.append(_insert_keyed(pairs, gs, ts, direction, gn, tn))
     return out
 
 
-def _insert_keyed(pairs: List[CallPair], gs: List[Call], ts: List[Call], direction: str) -> List[CallPair]:
+def _same(key: str) -> str:
+    return key
+
+
+def _insert_keyed(pairs: List[CallPair], gs: List[Call], ts: List[Call], direction: str,
+                  gn: Callable[[str], str] = _same, tn: Callable[[str], str] = _same) -> List[CallPair]:
     """Pair parameters_grad records by key; place each after the call that preceded it."""
     where = {}
     for i, p in enumerate(pairs):
@@ -241,15 +261,15 @@ def _insert_keyed(pairs: List[CallPair], gs: List[Call], ts: List[Call], directi
             if c is not None:
                 where[id(c)] = i
     after: Dict[int, List[CallPair]] = {}
-    t_grads = {c.key: c for c in ts if c.kind == "parameters_grad"}
+    t_grads = {tn(c.key): c for c in ts if c.kind == "parameters_grad"}
     for side_calls, is_golden in ((gs, True), (ts, False)):
         prev = -1
         for c in side_calls:
             if c.kind != "parameters_grad":
                 prev = where[id(c)]
             elif is_golden:
-                after.setdefault(prev, []).append(CallPair(c, t_grads.pop(c.key, None), direction))
-            elif c.key in t_grads:
+                after.setdefault(prev, []).append(CallPair(c, t_grads.pop(gn(c.key), None), direction))
+            elif tn(c.key) in t_grads:
                 after.setdefault(prev, []).append(CallPair(None, c, direction))
     merged = list(after.get(-1, []))
     for i, p in enumerate(pairs):
@@ -265,14 +285,27 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
 
     gd, td = Dump(golden), Dump(target)
     gcalls, tcalls = gd.calls(), td.calls()
-    seqs = align_calls(gcalls, tcalls, opts)
+    names: Tuple = (None, None)
+    notes: List[str] = []
+    cross = opts.crossframework
+    if cross is None:
+        from .crossframework import is_cross
+        cross = is_cross(gd.framework, td.framework)
+    if cross:
+        from .crossframework import prepare
+        prep = prepare(gcalls, tcalls, gd.framework, td.framework, opts.mapping)
+        gcalls, tcalls, names = prep.golden, prep.target, (prep.golden_name, prep.target_name)
+        notes.append(f"cross-framework compare ({gd.framework or '?'} vs {td.framework or '?'}): calls paired "
+                     f"through the torch<->MindSpore mapping"
+                     + (f"; groups merged: {'; '.join(prep.groups)}" if prep.groups else ""))
+    seqs = align_calls(gcalls, tcalls, opts, *names)
     step = golden.step if golden.step is not None else target.step
     rank = golden.rank or target.rank
     bar = Progress(sum(len(s) for s in seqs), f"compare {golden.label}", progress)
     order = 0
     for seq in seqs:
         for cp in seq:
-            cp.rows = compare_calls(cp, order, step, rank, gd, td, opts)
+            cp.rows = compare_calls(cp, order, step, rank, gd, td, opts, not cross)
             order += 1
             bar.advance()
     rows = [r for seq in seqs for cp in seq for r in cp.rows]
@@ -283,7 +316,7 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
               "unmatched_target": sum(1 for s in seqs for cp in s if cp.golden is None),
               "rows": len(rows), **count_rows(rows)}
     modes = sorted({r.mode for r in rows if r.mode in ("tensor", "statistics", "md5")})
-    warnings = [f"{side} dump is marked incomplete (the run stopped early): {d.path}"
+    warnings = notes + [f"{side} dump is marked incomplete (the run stopped early): {d.path}"
                 for side, d in (("golden", gd), ("target", td)) if d.incomplete]
     return PairResult(step, rank, str(golden.json_path), str(target.json_path), rows, fd, note, counts, modes,
                       warnings)
