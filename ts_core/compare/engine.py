@@ -75,6 +75,15 @@ def _shape(s) -> Optional[list]:
     return list(s) if isinstance(s, (list, tuple)) else None
 
 
+def _dtype_name(dtype) -> str:
+    """``torch.float32``, MindSpore's ``Float32`` and numpy's ``float32`` name the same dtype."""
+    name = str(dtype).lower()
+    for prefix in ("torch.", "mindspore.", "ms.", "numpy.", "np."):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
 def _squeezed(shape: list) -> list:
     return [d for d in shape if d != 1]
 
@@ -121,7 +130,7 @@ def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Opti
     tol = pick_tolerance(row.golden_dtype, row.target_dtype, opts.rtol, opts.atol)
     row.rtol, row.atol, row.stat_rtol = tol.rtol, tol.atol, tol.stat_rtol
     notes: List[str] = []
-    if row.golden_dtype != row.target_dtype:
+    if _dtype_name(row.golden_dtype) != _dtype_name(row.target_dtype):
         notes.append(f"dtype differs ({row.golden_dtype} vs {row.target_dtype}), compared at the looser tolerance")
     gs, ts = row.golden_shape, row.target_shape
     if gs is not None and ts is not None and gs != ts:
