@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from .isolate import in_child_process, needs_mindspore as _needs_mindspore
+
 from .nets import X, numpy_forward, run_ms, run_torch, weights
 
 
@@ -92,7 +94,7 @@ def test_torch_bfloat16(tmp_path):
 
 def test_modes_and_dump_types(tmp_path):
     w = weights()
-    run_torch(tmp_path / "list", w, mode="list", scope=["NN_Linear_1", "Tensor_sum_0"])
+    run_torch(tmp_path / "list", w, mode="list", scope=["NN_Linear_1_forward", "Tensor_sum_0"])
     assert {e[0].split("_forward")[0].split("_backward")[0] for e in _info(tmp_path / "list", "torch")} == \
         {"NN_Linear_1", "Tensor_sum_0"}
     run_torch(tmp_path / "range", w, mode="range", scope=["NN_ReLU_0", "NN_Linear_1"])
@@ -156,8 +158,9 @@ def test_statistics_only_compare_and_steps(tmp_path):
     assert _read_csv(tmp_path / "cmp" / "ts_api_mapping_1.csv")[1] == ["NN_Linear_2", "NN_Linear_2"]
 
 
+@in_child_process
 def test_torch_vs_mindspore_all_true_then_perturbed(tmp_path):
-    pytest.importorskip("mindspore")
+    _needs_mindspore()
     from ts_core.compat import migrator
     w = weights()
     run_ms(tmp_path / "ms", w)
@@ -188,3 +191,43 @@ def test_python_dash_c(tmp_path):
     names = [e[0] for e in _info(tmp_path, "torch")]
     assert names[:2] == ["NN_Linear_0_forward_input.0", "NN_Linear_0_forward_output.0"]
     assert "Tensor_relu_0_forward_output.0" in names
+
+
+@in_child_process
+def test_mindspore_bfloat16_and_layout(tmp_path):
+    _needs_mindspore()
+    import mindspore as ms
+    from ts_core.backends.mindspore._runtime import warm_up
+    from ts_core.compat import migrator
+    warm_up()
+
+    class Scale(ms.nn.Cell):          # no bfloat16 ReLU kernel on CPU: a leaf Cell of our own
+        def construct(self, x):
+            return x * 3
+
+    class Net(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.scale = Scale()
+
+        def construct(self, x):
+            return self.scale(x) + x
+
+    net = Net()
+    migrator.api_dump_init(net, str(tmp_path))
+    migrator.api_dump_start()
+    x = ms.Tensor(X.copy()).astype(ms.bfloat16)
+    out = net(x)
+    migrator.api_dump_stop()
+    assert sorted(p.name for p in (tmp_path / "rank0").iterdir()) == [
+        "mindspore_api_dump", "mindspore_api_dump_info.json", "mindspore_api_dump_stack.json"]
+    xf = x.astype(ms.float32).asnumpy()
+    a = _npy(tmp_path, "mindspore", "NN_Scale_0_forward_output.0")
+    assert a.dtype == np.float32
+    np.testing.assert_array_equal(a, (x * 3).astype(ms.float32).asnumpy())
+    np.testing.assert_array_equal(_npy(tmp_path, "mindspore", "NN_Scale_0_forward_input.0"), xf)
+    np.testing.assert_array_equal(_npy(tmp_path, "mindspore", "Tensor___add___0_forward_output.0"),
+                                  out.astype(ms.float32).asnumpy())
+    info = {e[0]: e for e in _info(tmp_path, "mindspore")}
+    assert "bfloat16" in info["NN_Scale_0_forward_input.0"][3].lower()
+    assert not any(n.startswith("Tensor___mul__") for n in info)    # inside the leaf Cell

@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from .isolate import in_child_process, needs_mindspore as _needs_mindspore
+
 HERE = Path(__file__).parent
 EXPECTED = ["0_input.npy", "1_dense.npy", "2_dense_backward.npy"]
 
@@ -37,14 +39,14 @@ def test_seed004_torch_example(tmp_path):
 
 
 def test_seed004_mindspore_example(tmp_path):
-    pytest.importorskip("mindspore")
+    _needs_mindspore()
     out = _run_example("seed004_mindspore.py", tmp_path)
     assert str(EXPECTED) in out.stdout
     _check_seed004_files(tmp_path / "ms_ts_save")
 
 
 def test_seed004_dirs_compare_equal(tmp_path):
-    pytest.importorskip("mindspore")
+    _needs_mindspore()
     _run_example("seed004_torch.py", tmp_path)
     _run_example("seed004_mindspore.py", tmp_path)
     from ts_core.compat import migrator
@@ -86,8 +88,10 @@ def test_torch_bfloat16_saved_as_float32(tmp_path):
     np.testing.assert_array_equal(a, [1.5, -2.25, 3.0])
 
 
+@in_child_process
 def test_mindspore_bfloat16_and_grad(tmp_path):
-    ms = pytest.importorskip("mindspore")
+    _needs_mindspore()
+    import mindspore as ms
     from ts_core.backends.mindspore._runtime import warm_up
     warm_up()   # numpy-2 quirk of MindSpore 2.10 (ENVIRONMENT.md), for the test's own ops
     from ts_core.compat import save, save_grad

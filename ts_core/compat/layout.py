@@ -88,6 +88,7 @@ class Translator:
     def _selected(api: str, ordinal: int, mode: str, scope: Optional[List[str]], rng: List[Optional[int]]) -> bool:
         if mode == "all" or not scope:
             return True
+        scope = [_strip_direction(str(x)) for x in scope]
         if mode == "list":
             return api in scope
         if mode == "api_list":
@@ -183,6 +184,15 @@ class Translator:
     def write(self) -> None:
         _write_json(self.info_path, self.info)
         _write_json(self.stack_path, self.stack)
+
+
+def _strip_direction(name: str) -> str:
+    """Seed 000 writes list/range names with a direction (``NN_Dense_1_backward``); an API is
+    selected as a whole, forward and backward together."""
+    for sfx in ("_forward", "_backward"):
+        if name.endswith(sfx):
+            return name[: -len(sfx)]
+    return name
 
 
 def _load_json(path: str, default: Any) -> Any:

@@ -129,9 +129,17 @@ def api_dump_stop() -> None:
     if st is None or st.debugger is None:
         return
     dbg, st.debugger = st.debugger, None
-    dbg.stop()
-    dirs = list(dbg.dump_dirs)
-    dbg.close()
+    quiet = os.environ.get("TSPROBE_QUIET")
+    os.environ["TSPROBE_QUIET"] = "1"        # the hidden raw folder is not the user's output
+    try:
+        dbg.stop()
+        dirs = list(dbg.dump_dirs)
+        dbg.close()
+    finally:
+        if quiet is None:
+            os.environ.pop("TSPROBE_QUIET", None)
+        else:
+            os.environ["TSPROBE_QUIET"] = quiet
     _restore_dropout(st)
     seen = []
     for d in dirs + list(dbg.dump_dirs):
