@@ -231,3 +231,49 @@ def test_mindspore_bfloat16_and_layout(tmp_path):
     info = {e[0]: e for e in _info(tmp_path, "mindspore")}
     assert "bfloat16" in info["NN_Scale_0_forward_input.0"][3].lower()
     assert not any(n.startswith("Tensor___mul__") for n in info)    # inside the leaf Cell
+
+
+def test_api_inside_container_is_listed_inside_leaf_is_not(tmp_path):
+    import torch
+    from ts_core.compat import migrator
+
+    class Block(torch.nn.Module):          # a container: its own API calls are listed
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            return torch.tanh(self.lin(x))
+
+    net = torch.nn.Sequential(Block(), Block())
+    migrator.api_dump_init(net, str(tmp_path))
+    migrator.api_dump_start()
+    x = torch.from_numpy(X.copy())
+    out = net(x)
+    migrator.api_dump_stop()
+    order = [e[0] for e in _info(tmp_path, "torch") if e[0].endswith("forward_output.0")]
+    assert order == ["NN_Linear_0_forward_output.0", "Functional_tanh_0_forward_output.0",
+                     "NN_Linear_1_forward_output.0", "Functional_tanh_1_forward_output.0"]
+    np.testing.assert_allclose(_npy(tmp_path, "torch", "Functional_tanh_1_forward_output.0"),
+                               out.detach().numpy(), rtol=1e-6)
+
+
+def test_unmatched_rows_and_compare_statedict(tmp_path):
+    from ts_core.compat import migrator
+    w = weights()
+    run_torch(tmp_path / "a", w)
+    run_torch(tmp_path / "b", w, mode="list", scope=["NN_Linear_0", "NN_Linear_1"])
+    r = migrator.api_dump_compare(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert ("NN_ReLU_0", None) in r["mapping"]
+    rows = {row[0]: row for row in r["forward"]}
+    assert rows["NN_ReLU_0_forward_output.0"][1] is None and rows["NN_ReLU_0_forward_output.0"][4] is None
+    assert rows["NN_Linear_1_forward_output.0"][4] is True
+    r = migrator.api_dump_compare(str(tmp_path / "a"), str(tmp_path / "b"), ignore_unmatched=True)
+    assert r["mapping"] == [("NN_Linear_0", "NN_Linear_0"), ("NN_Linear_1", "NN_Linear_1")]
+    assert all(row[1] is not None and row[4] is True for row in r["forward"] + r["backward"])
+
+    import torch
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    migrator.api_dump_init(net, str(tmp_path / "sd"), compare_statedict=True)
+    sd = np.load(tmp_path / "sd" / "rank0" / "pt_net.npz", allow_pickle=False)
+    np.testing.assert_array_equal(sd["0.weight"], net[0].weight.detach().numpy())

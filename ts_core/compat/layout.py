@@ -118,18 +118,28 @@ class Translator:
         tensor_dir = dump.get("dump_data_dir") or os.path.join(dump_dir, "dump_tensor_data")
         parsed = {k: parse_key(k) for k in data}
         parents_of_modules = {p for k, p in construct.items() if p and parsed.get(k) and parsed[k][0] == "module"}
-        modules = {k for k, p in parsed.items() if p and p[0] == "module"}
+
+        def forward_key(key: str) -> str:
+            p = parsed.get(key) or parse_key(key)
+            if p and p[0] == "module" and p[3] == "backward":
+                return p[4] + ".forward." + key.rsplit(".", 1)[1]
+            return key
+
+        def is_leaf_module(key: Optional[str]) -> bool:
+            if not key:
+                return False
+            p = parsed.get(key) or parse_key(key)
+            # a leaf: no module/Cell record names it as parent
+            return bool(p) and p[0] == "module" and forward_key(key) not in parents_of_modules \
+                and key not in parents_of_modules
 
         def keep(key: str) -> bool:
             p = parsed[key]
             if p is None:
                 return False
             if p[0] == "module":
-                # a leaf: no module/Cell record names it as parent
-                fwd = p[4] + ".forward." + key.rsplit(".", 1)[1] if p[3] == "backward" else key
-                return fwd not in parents_of_modules
-            parent = construct.get(key)
-            return not (parent in modules or (parent and parse_key(parent) and parse_key(parent)[0] == "module"))
+                return is_leaf_module(key)
+            return not is_leaf_module(construct.get(key))   # calls inside a layer belong to the layer
 
         ts_of: Dict[str, str] = {}      # forward base -> TroubleShooter api name
         rng: List[Optional[int]] = [None, None]
