@@ -1,24 +1,7 @@
-"""Cross-framework tests need torch and MindSpore (real PyNative on CPU, set up as in
-tests/mindspore so that the two folders can run in one session); without MindSpore they are
-not collected."""
+"""Cross-framework tests need torch and MindSpore installed; without them they are not
+collected. The dumps are written in one child process (see dumpgen.py), so MindSpore is never
+imported into the pytest process."""
 import importlib.util
-
-import pytest
 
 if importlib.util.find_spec("mindspore") is None or importlib.util.find_spec("torch") is None:
     collect_ignore_glob = ["test_*.py"]
-else:
-    @pytest.fixture(autouse=True)
-    def _pynative_cpu():
-        import mindspore as ms
-
-        from ts_core import PrecisionDebugger
-        from ts_core.backends.mindspore._runtime import warm_up
-
-        ms.set_device("CPU")
-        ms.set_context(mode=ms.PYNATIVE_MODE)
-        warm_up()
-        yield
-        current = PrecisionDebugger._current
-        if current is not None:      # a failed test must not leave patches behind
-            current.close()

@@ -3,14 +3,17 @@ identical weights). The compare engine pairs the calls through torch_mapping.yam
 (Linear <-> Dense, weight <-> gamma, F.linear <-> MatMul + BiasAdd, sigmoid + mul <-> silu)
 and names the injected migration bug as the first divergence."""
 import json
+import os
+import subprocess
+import sys
 
-import numpy as np
 import pytest
 
 from ..conftest import require
 from ..mindspore import ports
 
 pytestmark = [require("mindspore"), require("torch")]
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # (model, bug) -> the torch module the bug first shows in (its forward key)
 FIRST_KEY = {
@@ -32,16 +35,23 @@ def _ms_key(torch_key: str) -> str:
     return ".".join(parts)
 
 
+SPECS = ([[n, None, "L0"] for n in ports.MODELS] + [[n, b, "L0"] for n, b in sorted(FIRST_KEY)]
+         + [["mlp", None, "mix"], ["mlp", "transposed_weight", "mix"], ["silu", "silu", "L1"], ["silu", "sigmoid", "L1"]])
+
+
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory):
-    """Dump each (model, bug, level) once per module."""
-    cache = {}
+    """All dumps of this module, written once by a child process (MindSpore stays out of pytest)."""
+    root = tmp_path_factory.mktemp("xf")
+    env = dict(os.environ, TSPROBE_QUIET="1")
+    proc = subprocess.run([sys.executable, "-m", "tests.crossframework.dumpgen", str(root), json.dumps(SPECS)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("DUMPS ")), None)
+    assert proc.returncode == 0 and line, proc.stdout[-3000:] + proc.stderr[-3000:]
+    made = json.loads(line[len("DUMPS "):])
 
     def get(name, bug=None, level="L0"):
-        if (name, bug, level) not in cache:
-            root = tmp_path_factory.mktemp(f"{name}_{bug}_{level}")
-            cache[name, bug, level] = ports.dump_pair(name, str(root), bug=bug, level=level)
-        return cache[name, bug, level]
+        return tuple(made[f"{name}|{bug}|{level}"])
     return get
 
 
@@ -143,38 +153,10 @@ def test_api_level_bug_names_the_fused_group(dumps):
     assert fd.target_key == "Primitive.matmul.MatMul.1.forward+Primitive.bias_add.BiasAdd.1.forward"
 
 
-def _dump_silu(tmp_path, use_torch: bool, wrong: bool = False):
-    """torch: sigmoid(x) * x written out, then + 1; MindSpore: ops.silu (or ops.sigmoid when
-    `wrong`), then + 1."""
-    from ts_core import PrecisionDebugger
-
-    x = (np.random.default_rng(0).standard_normal((3, 4)) * 2).astype(np.float32)
-    path = str(tmp_path / ("torch" if use_torch else "ms"))
-    dbg = PrecisionDebugger(dump_path=path, task="tensor", level="L1", step=[0],
-                           framework="pytorch" if use_torch else "mindspore")
-    try:
-        if use_torch:
-            import torch
-            dbg.start()
-            t = torch.from_numpy(x)
-            y = torch.sigmoid(t) * t + 1
-            dbg.stop()
-        else:
-            from mindspore import Tensor, ops
-            dbg.start()
-            t = Tensor(x)
-            y = (ops.sigmoid(t) if wrong else ops.silu(t)) + 1
-            dbg.stop()
-        dbg.step()
-    finally:
-        dbg.close()
-    return path, y
-
-
-def test_sigmoid_times_x_pairs_with_silu(tmp_path):
-    t_dir, _ = _dump_silu(tmp_path, True)
-    m_dir, _ = _dump_silu(tmp_path, False)
-    with open(f"{m_dir}/step0/rank/dump.json") as f:
+def test_sigmoid_times_x_pairs_with_silu(dumps):
+    """torch: sigmoid(x) * x + 1; MindSpore: ops.silu(x) + 1 (tests/crossframework/dumpgen.py)."""
+    t_dir, m_dir = dumps("silu", "silu", "L1")
+    with open(f"{m_dir}/dump.json") as f:
         ms_keys = list(json.load(f)["data"])
     assert any(k.startswith("Functional.silu.") for k in ms_keys), ms_keys
     result = _compare(t_dir, m_dir)
@@ -184,9 +166,9 @@ def test_sigmoid_times_x_pairs_with_silu(tmp_path):
     assert result.first_divergence is None
 
 
-def test_silu_ported_as_sigmoid_is_named(tmp_path):
-    t_dir, _ = _dump_silu(tmp_path, True)
-    m_dir, _ = _dump_silu(tmp_path, False, wrong=True)
+def test_silu_ported_as_sigmoid_is_named(dumps):
+    """The port calls ops.sigmoid(x) + 1 where torch computes sigmoid(x) * x + 1."""
+    t_dir, m_dir = dumps("silu", "sigmoid", "L1")
     fd = _compare(t_dir, m_dir).first_divergence
     # sigmoid pairs with sigmoid (equal); the multiplication runs in torch only and what
     # it produces reaches the "+ 1", which differs: the extra call is named
@@ -207,3 +189,9 @@ def test_cli_pairs_a_torch_dump_with_a_mindspore_dump(dumps, tmp_path, capsys):
     with open(tmp_path / "out" / "summary.json") as f:
         summary = json.load(f)
     assert "Module.mlp.act.GELU.forward.0" in json.dumps(summary)
+
+
+def test_mindspore_stays_out_of_the_test_process(dumps):
+    """Later test folders call start() without a model: that needs one framework loaded only."""
+    dumps("mlp")
+    assert "mindspore" not in sys.modules
