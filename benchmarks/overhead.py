@@ -12,6 +12,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -77,9 +78,15 @@ def _worker(tool: str, mode: str, steps: int, out: str) -> None:
             debugger.stop()
             debugger.step()
         times.append(time.process_time() - t0)
-    size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(dump) for f in fs
-               if f != "config.json")
+    inodes = {}                         # hard-linked tensor files count once: bytes on disk
+    for r, _, fs in os.walk(dump):
+        for f in fs:
+            if f != "config.json":
+                st = os.stat(os.path.join(r, f))
+                inodes[(st.st_dev, st.st_ino)] = st.st_size
+    size = sum(inodes.values())
     measured = times[WARMUP:]
+    shutil.rmtree(dump, ignore_errors=True)
     with open(out, "w") as f:
         json.dump({"median": statistics.median(measured), "bytes_per_step": size / total}, f)
 

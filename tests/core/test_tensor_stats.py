@@ -66,3 +66,29 @@ def test_int_and_bool_statistics_are_exact(dump_root):
     b = data["Torch.logical_not.0.forward"]["input_args"][0]
     assert (b["Max"], b["Min"]) == (True, False)
     assert b["Mean"] == pytest.approx(1 / 3)
+
+
+def test_a_tensor_passed_on_unchanged_is_stored_once_and_linked(dump_root, monkeypatch):
+    import ts_core.record.collector as collector
+
+    monkeypatch.setattr(collector, "FLUSH_SECONDS", 60.0)   # one flush window, however slow the machine
+    x = torch.randn(64, 64)
+    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level="L1", step=[0])
+    dbg.start()
+    y = torch.sin(x)           # y: output of sin ...
+    torch.cos(y)               # ... and, unchanged, input of cos: one file, two names
+    y.add_(1.0)                # changed in place: a new file
+    dbg.stop()
+    dbg.close()
+    rank_dir = os.path.join(dump_root, "step0", "rank")
+    data = load_dump(rank_dir)["data"]
+    tdir = os.path.join(rank_dir, "dump_tensor_data")
+    out_sin = os.path.join(tdir, data["Torch.sin.0.forward"]["output"][0]["data_name"])
+    in_cos = os.path.join(tdir, data["Torch.cos.0.forward"]["input_args"][0]["data_name"])
+    in_add = os.path.join(tdir, data["Tensor.add_.0.forward"]["input_args"][0]["data_name"])
+    out_add = os.path.join(tdir, data["Tensor.add_.0.forward"]["output"][0]["data_name"])
+    assert os.path.samefile(out_sin, in_cos)
+    assert os.path.samefile(out_sin, in_add)           # still unchanged when add_ starts
+    assert not os.path.samefile(in_add, out_add)
+    np.testing.assert_array_equal(np.load(in_cos), torch.sin(x).numpy())
+    np.testing.assert_array_equal(np.load(out_add), (torch.sin(x) + 1).numpy())

@@ -72,6 +72,8 @@ class Collector:
         if self._idle_flusher is None:
             self._idle_flusher = _IdleFlusher(self)
         self.summ.save_tensor = self.dump.save_tensor if tensor_mode else None
+        self.summ.link_tensor = self.dump.link_tensor if tensor_mode else None
+        self._last_flush = time.monotonic()
         self.counter.reset()
         self.scope.reset()
         self.module_stack.clear()

@@ -5,6 +5,7 @@ batched host transfer per flush (``resolve``), so collecting never syncs per ten
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, List, Optional, Protocol, Tuple
 
 
@@ -28,6 +29,9 @@ class TensorAdapter(Protocol):
 
     def crc32(self, tensor: Any) -> str: ...
 
+    def content_key(self, tensor: Any) -> Any:
+        """A hashable key equal for the same unchanged tensor (e.g. (id, version)), or None."""
+
     def snapshot(self, tensor: Any) -> Any:
         """A copy that later in-place ops cannot change (for tensor files)."""
 
@@ -50,6 +54,8 @@ class Summarizer:
         self.md5 = md5
         self.save_tensor = save_tensor       # tensor mode: (file name, snapshot) -> name actually used
         self.pending: List[Tuple[dict, Any, str]] = []
+        self.link_tensor: Optional[Callable[[str, str], str]] = None   # (existing, new) -> new name
+        self._seen: dict = {}          # content key -> (weakref, crc, file), one flush window
 
     def summarize(self, value: Any, name: str) -> Any:
         """Summary of `value`; `name` is the data-name prefix (``KEY.input.0``) for tensor files."""
@@ -81,14 +87,34 @@ class Summarizer:
         if handle is not None:
             self.pending.append((out, handle, out["dtype"]))   # filled by resolve()
         out["requires_grad"] = ad.requires_grad(t)
-        if self.md5:
-            out["md5"] = ad.crc32(t)
-        if self.save_tensor is not None:
-            out["data_name"] = self.save_tensor(f"{name}.npy", ad.snapshot(t))
+        if self.md5 or self.save_tensor is not None:
+            self._content(t, name, out)
         return out
+
+    def _content(self, t: Any, name: str, out: dict) -> None:
+        """CRC and tensor file. A tensor seen unchanged earlier in this flush window (one call's
+        output is the next call's input) reuses its CRC, and its file is linked, not rewritten."""
+        ad = self.adapter
+        key_of = getattr(ad, "content_key", None)
+        key = key_of(t) if key_of is not None else None
+        seen = self._seen.get(key) if key is not None else None
+        if seen is not None and seen[0]() is not t:
+            seen = None                                   # id reused by a new tensor
+        if self.md5:
+            out["md5"] = seen[1] if seen is not None and seen[1] else ad.crc32(t)
+        file_name = None
+        if self.save_tensor is not None:
+            if seen is not None and seen[2] and self.link_tensor is not None:
+                file_name = self.link_tensor(seen[2], f"{name}.npy")
+            else:
+                file_name = self.save_tensor(f"{name}.npy", ad.snapshot(t))
+            out["data_name"] = file_name
+        if key is not None and seen is None:
+            self._seen[key] = (weakref.ref(t), out.get("md5"), file_name)
 
     def resolve(self) -> None:
         """Fill every pending statistic with one host transfer."""
+        self._seen.clear()
         n = len(self.pending)          # entries appended meanwhile (another thread) stay queued
         if not n:
             return

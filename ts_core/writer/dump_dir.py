@@ -103,6 +103,15 @@ class DumpDir:
             self._tensors.submit(os.path.join(self.tensor_dir, file_name), snapshot)
         return file_name
 
+    def link_tensor(self, existing: str, file_name: str) -> str:
+        """A second name for a tensor file already queued (same data): a hard link, written in
+        queue order after the original, so no bytes are copied or stored twice."""
+        file_name = safe_file_name(file_name)
+        if self._tensors is not None and not self.incomplete:
+            self._tensors.submit_link(os.path.join(self.tensor_dir, existing),
+                                      os.path.join(self.tensor_dir, file_name))
+        return file_name
+
     def flush(self) -> None:
         if self._journal is None:
             return

@@ -12,6 +12,13 @@ import numpy as np
 _STOP = object()
 
 
+class _Link:
+    __slots__ = ("existing",)
+
+    def __init__(self, existing: str):
+        self.existing = existing
+
+
 class TensorFileWriter:
     def __init__(self, to_numpy: Callable[[Any], np.ndarray], on_error: Callable[[BaseException], None],
                  max_queue: int = 64):
@@ -27,6 +34,9 @@ class TensorFileWriter:
             self._thread.start()
         self._queue.put((path, snapshot))
 
+    def submit_link(self, existing: str, path: str) -> None:
+        self.submit(path, _Link(existing))
+
     def _run(self) -> None:
         while True:
             item = self._queue.get()
@@ -41,6 +51,14 @@ class TensorFileWriter:
                 self._queue.task_done()
 
     def _write(self, path: str, snapshot: Any) -> None:
+        if isinstance(snapshot, _Link):
+            try:
+                os.link(snapshot.existing, path)
+            except OSError:                      # no hard links here: copy the file instead
+                import shutil
+
+                shutil.copyfile(snapshot.existing, path)
+            return
         array = np.asarray(self._to_numpy(snapshot))
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:

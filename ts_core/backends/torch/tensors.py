@@ -31,6 +31,9 @@ class TorchAdapter:
     def requires_grad(self, t: torch.Tensor) -> bool:
         return t.requires_grad
 
+    def content_key(self, t: torch.Tensor) -> Optional[Tuple[int, int]]:
+        return None if t.is_inference() else (id(t), t._version)
+
     def stats(self, t: torch.Tensor) -> Optional[torch.Tensor]:
         """[max, min, mean, norm] as one small tensor on t's device (float32, or float64 for
         float64/integer input so integer extremes stay exact). No host sync."""
