@@ -11,7 +11,7 @@ from .debugger import PrecisionDebugger
 from .errors import ConfigError, DumpWriteError
 
 __all__ = ["PrecisionDebugger", "seed_all", "compare", "compare_npy_dir", "ConfigError",
-           "DumpWriteError", "DebuggerConfig", "build_config"]
+           "DumpWriteError", "DebuggerConfig", "build_config", "migrator", "save", "save_grad"]
 
 
 def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> None:
@@ -38,4 +38,8 @@ def __getattr__(name: str) -> Any:
 
         pkg = importlib.import_module(".compare", __name__)   # callable package: ts_core.compare(...)
         return getattr(pkg, name)
+    if name in ("migrator", "save", "save_grad"):          # TroubleShooter's face (ts_core.compat)
+        import importlib
+
+        return getattr(importlib.import_module(".compat", __name__), name)
     raise AttributeError(f"module 'ts_core' has no attribute {name!r}")
