@@ -7,13 +7,13 @@ call (nested calls, and tsprobe's own statistics ops, are not recorded).
 """
 from __future__ import annotations
 
-import functools
 import importlib
 import os
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import yaml
 
+from .. import patching
 from .._depth import DEPTH
 from ._runtime import grad_recording
 from .grad_capture import GradCapture, Pending, flat_tensors
@@ -67,32 +67,15 @@ def load_api_list(path: str = API_LIST) -> Dict[str, List[str]]:
     return {k: list(v) for k, v in cached.items()}
 
 
-def _resolve(owner: Any, dotted: str) -> Tuple[Any, str, Any]:
-    parts = dotted.split(".")
-    for p in parts[:-1]:
-        owner = getattr(owner, p)
-    return owner, parts[-1], getattr(owner, parts[-1])
+class ApiPatcher(patching.ApiPatcher):
+    """mindspore.ops / mint / mint.nn.functional / Tensor / communication (see api_list.yaml)."""
 
+    def _default_list(self) -> Dict[str, List[str]]:
+        return load_api_list()
 
-_MISSING = object()
-
-
-class ApiPatcher:
-    """Installs wrappers that report to `runner(orig, base, name, args, kwargs)`."""
-
-    def __init__(self, runner: Callable, switch: Any):
-        self.runner = runner
-        self.switch = switch
-        self._saved: List[Tuple[Any, str, Any]] = []
-
-    @property
-    def count(self) -> int:
-        return len(self._saved)
-
-    def install(self, api_list: Optional[Dict[str, List[str]]] = None) -> int:
+    def _owners(self, api_list: Dict[str, List[str]]) -> Iterator[Tuple[Any, str, List[str]]]:
         from mindspore import Tensor
 
-        api_list = api_list if api_list is not None else load_api_list()
         for section, names in api_list.items():
             namespace, prefix = SECTIONS[section]
             if namespace is None:
@@ -102,52 +85,7 @@ class ApiPatcher:
                     owner = importlib.import_module(namespace)
                 except ImportError:
                     continue
-            for name in names:
-                self.patch(owner, name, f"{prefix}.{name}")
-        return len(self._saved)
-
-    def patch(self, owner: Any, dotted: str, base: str) -> bool:
-        try:
-            parent, attr, orig = _resolve(owner, dotted)
-        except AttributeError:
-            return False
-        if not callable(orig) or isinstance(orig, type) or getattr(orig, "__tsprobe_orig__", None):
-            return False
-        self._saved.append((parent, attr, parent.__dict__.get(attr, _MISSING)))
-        setattr(parent, attr, self._wrap(orig, base, attr))
-        return True
-
-    def restore_one(self, owner: Any, dotted: str) -> bool:
-        parent, attr, _ = _resolve(owner, dotted)
-        for i, (p, a, orig) in enumerate(self._saved):
-            if p is parent and a == attr:
-                self._put_back(p, a, orig)
-                del self._saved[i]
-                return True
-        return False
-
-    def restore(self) -> None:
-        while self._saved:
-            self._put_back(*self._saved.pop())
-
-    @staticmethod
-    def _put_back(parent: Any, attr: str, orig: Any) -> None:
-        if orig is _MISSING:
-            delattr(parent, attr)
-        else:
-            setattr(parent, attr, orig)
-
-    def _wrap(self, orig: Callable, base: str, name: str) -> Callable:
-        runner, switch = self.runner, self.switch
-
-        @functools.wraps(orig)
-        def wrapper(*args, **kwargs):
-            if DEPTH.value or not switch.active:
-                return orig(*args, **kwargs)
-            return runner(orig, base, name, args, kwargs)
-
-        wrapper.__tsprobe_orig__ = orig
-        return wrapper
+            yield owner, prefix, names
 
 
 def run_api(collector, orig: Callable, base: str, name: str, args: tuple, kwargs: dict,

@@ -1,0 +1,92 @@
+"""Patching module attributes with recording wrappers, and undoing every patch.
+
+Shared by the framework backends; each subclass only says which owners (modules, the Tensor
+class) its API-list sections name (``_owners``). The wrapper's fast path is two attribute
+reads: not collecting, or already inside a wrapped call.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+from ._depth import DEPTH
+
+_MISSING = object()
+
+
+def resolve(owner: Any, dotted: str) -> Tuple[Any, str, Any]:
+    """``(parent, attribute name, value)`` of a dotted name under `owner` (``linalg.norm``)."""
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        owner = getattr(owner, p)
+    return owner, parts[-1], getattr(owner, parts[-1])
+
+
+class ApiPatcher:
+    """Installs wrappers that report to `runner(orig, base, name, args, kwargs)`."""
+
+    def __init__(self, runner: Callable, switch: Any):
+        self.runner = runner
+        self.switch = switch
+        self._saved: List[Tuple[Any, str, Any]] = []
+
+    @property
+    def count(self) -> int:
+        return len(self._saved)
+
+    def _owners(self, api_list: Dict[str, List[str]]) -> Iterator[Tuple[Any, str, List[str]]]:
+        """(owner object, key prefix, names) per section; sections whose module is missing are skipped."""
+        raise NotImplementedError
+
+    def _default_list(self) -> Dict[str, List[str]]:
+        raise NotImplementedError
+
+    def install(self, api_list: Optional[Dict[str, List[str]]] = None) -> int:
+        api_list = api_list if api_list is not None else self._default_list()
+        for owner, prefix, names in self._owners(api_list):
+            for name in names:
+                self.patch(owner, name, f"{prefix}.{name}")
+        return len(self._saved)
+
+    def patch(self, owner: Any, dotted: str, base: str) -> bool:
+        try:
+            parent, attr, orig = resolve(owner, dotted)
+        except AttributeError:
+            return False
+        if not callable(orig) or isinstance(orig, type) or getattr(orig, "__tsprobe_orig__", None):
+            return False
+        self._saved.append((parent, attr, parent.__dict__.get(attr, _MISSING)))
+        setattr(parent, attr, self._wrap(orig, base, attr))
+        return True
+
+    def restore_one(self, owner: Any, dotted: str) -> bool:
+        parent, attr, _ = resolve(owner, dotted)
+        for i, (p, a, orig) in enumerate(self._saved):
+            if p is parent and a == attr:
+                self._put_back(p, a, orig)
+                del self._saved[i]
+                return True
+        return False
+
+    def restore(self) -> None:
+        while self._saved:
+            self._put_back(*self._saved.pop())
+
+    @staticmethod
+    def _put_back(parent: Any, attr: str, orig: Any) -> None:
+        if orig is _MISSING:
+            delattr(parent, attr)
+        else:
+            setattr(parent, attr, orig)
+
+    def _wrap(self, orig: Callable, base: str, name: str) -> Callable:
+        runner, switch = self.runner, self.switch
+
+        @functools.wraps(orig)
+        def wrapper(*args, **kwargs):
+            if DEPTH.value or not switch.active:
+                return orig(*args, **kwargs)
+            return runner(orig, base, name, args, kwargs)
+
+        wrapper.__tsprobe_orig__ = orig
+        return wrapper
