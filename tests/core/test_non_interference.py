@@ -8,7 +8,7 @@ from ..conftest import require
 from .models import make, train_steps
 
 CASES = [("mlp", "L0", "statistics"), ("mlp", "L1", "tensor"), ("cnn", "mix", "statistics"),
-         ("cnn", "L1", "statistics"),
+         ("cnn", "L1", "statistics"), ("cnn", "mix", "tensor"), ("cnn", "L0", "tensor"),
          pytest.param("gpt2", "mix", "statistics", marks=require("transformers")),
          pytest.param("gpt2", "L1", "tensor", marks=require("transformers"))]
 
@@ -17,6 +17,16 @@ CASES = [("mlp", "L0", "statistics"), ("mlp", "L1", "tensor"), ("cnn", "mix", "s
 def test_bit_identical_loss_and_grads(dump_root, name, level, task):
     ref_losses, ref_grads = train_steps(name, None, steps=2)
     dbg = PrecisionDebugger(dump_path=dump_root, task=task, level=level, step=[0, 1])
+    _check_identical(dbg, name, ref_losses, ref_grads)
+
+
+def test_bit_identical_with_md5(dump_root):
+    ref_losses, ref_grads = train_steps("cnn", None, steps=2)
+    dbg = PrecisionDebugger(dump_path=dump_root, level="mix", step=[0, 1], summary_mode="md5")
+    _check_identical(dbg, "cnn", ref_losses, ref_grads)
+
+
+def _check_identical(dbg, name, ref_losses, ref_grads):
     losses, grads = train_steps(name, dbg, steps=2)
     dbg.close()
     for a, b in zip(losses, ref_losses):
