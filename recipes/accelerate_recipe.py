@@ -16,7 +16,6 @@ The three lines a user adds are marked (1) (2) (3).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 import torch
@@ -25,6 +24,7 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, TensorDataset
 
+from ts_core.compare import summarize, summary_text  # `tsprobe summary`
 from ts_core import PrecisionDebugger
 from ts_integrations.accelerate import collect                                # (1)
 
@@ -41,15 +41,6 @@ class TinyMLP(nn.Module):
 
     def forward(self, x):
         return self.fc2(self.act(self.fc1(x)))
-
-
-def describe(dump_path: str) -> None:
-    for step in sorted(os.listdir(dump_path)):
-        for rank in sorted(os.listdir(os.path.join(dump_path, step))):
-            with open(os.path.join(dump_path, step, rank, "dump.json"), encoding="utf-8") as f:
-                data = json.load(f)["data"]
-            grads = sum("parameters_grad" in k for k in data)
-            print(f"  {step}/{rank}: {len(data)} records, {grads} parameters_grad")
 
 
 def main(argv=None) -> None:
@@ -88,7 +79,7 @@ def main(argv=None) -> None:
         backend = accelerator.state.backend or "no process group"
         print(f"accelerate recipe: {steps} optimizer steps on {accelerator.num_processes} process(es) "
               f"({backend}); dumped to {args.dump_path}")
-        describe(args.dump_path)
+        print(summary_text(summarize(args.dump_path)))
     accelerator.end_training()
 
 

@@ -12,13 +12,13 @@ The three lines a user adds are marked (1) (2) (3).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
+from ts_core.compare import summarize, summary_text  # `tsprobe summary`
 from ts_integrations.transformers import PrecisionDumpCallback               # (1)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,15 +43,6 @@ def tiny_gpt2() -> GPT2LMHeadModel:
     return GPT2LMHeadModel(cfg)
 
 
-def describe(dump_path: str) -> None:
-    for step in sorted(os.listdir(dump_path)):
-        for rank in sorted(os.listdir(os.path.join(dump_path, step))):
-            with open(os.path.join(dump_path, step, rank, "dump.json"), encoding="utf-8") as f:
-                data = json.load(f)["data"]
-            grads = sum("parameters_grad" in k for k in data)
-            print(f"  {step}/{rank}: {len(data)} records, {grads} parameters_grad")
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dump-path", default=os.path.join("dump_output", "hf_trainer"))
@@ -72,7 +63,7 @@ def main(argv=None) -> None:
         if trainer.is_world_process_zero():
             print(f"hf trainer recipe: {trainer.state.global_step} optimizer steps; "
                   f"dumped to {args.dump_path}")
-            describe(args.dump_path)
+            print(summary_text(summarize(args.dump_path)))
 
 
 if __name__ == "__main__":

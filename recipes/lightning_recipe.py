@@ -12,7 +12,6 @@ The three lines a user adds are marked (1) (2) (3).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 import torch
@@ -25,6 +24,7 @@ try:
 except ImportError:                                     # the older package name works too
     import pytorch_lightning as pl
 
+from ts_core.compare import summarize, summary_text  # `tsprobe summary`
 from ts_integrations.lightning import PrecisionDumpCallback                  # (1)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,15 +49,6 @@ class TinyRegressor(pl.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=1e-2)
 
 
-def describe(dump_path: str) -> None:
-    for step in sorted(os.listdir(dump_path)):
-        for rank in sorted(os.listdir(os.path.join(dump_path, step))):
-            with open(os.path.join(dump_path, step, rank, "dump.json"), encoding="utf-8") as f:
-                data = json.load(f)["data"]
-            grads = sum("parameters_grad" in k for k in data)
-            print(f"  {step}/{rank}: {len(data)} records, {grads} parameters_grad")
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dump-path", default=os.path.join("dump_output", "lightning"))
@@ -78,7 +69,7 @@ def main(argv=None) -> None:
     trainer.fit(TinyRegressor(), DataLoader(data, batch_size=4))
     if trainer.global_rank == 0:
         print(f"lightning recipe: {trainer.global_step} optimizer steps; dumped to {args.dump_path}")
-        describe(args.dump_path)
+        print(summary_text(summarize(args.dump_path)))
 
 
 if __name__ == "__main__":

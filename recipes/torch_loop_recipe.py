@@ -13,13 +13,13 @@ when nothing runs between backward and `step()`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ts_core.compare import summarize, summary_text  # `tsprobe summary`
 from ts_core import PrecisionDebugger
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,15 +35,6 @@ class TinyCNN(nn.Module):
 
     def forward(self, x):
         return self.head(F.relu(self.bn(self.conv(x))).flatten(1))
-
-
-def describe(dump_path: str) -> None:
-    for step in sorted(os.listdir(dump_path)):
-        for rank in sorted(os.listdir(os.path.join(dump_path, step))):
-            with open(os.path.join(dump_path, step, rank, "dump.json"), encoding="utf-8") as f:
-                data = json.load(f)["data"]
-            grads = sum("parameters_grad" in k for k in data)
-            print(f"  {step}/{rank}: {len(data)} records, {grads} parameters_grad")
 
 
 def main(argv=None) -> None:
@@ -71,7 +62,7 @@ def main(argv=None) -> None:
             debugger.step()                                                    # (3)
     debugger.close()
     print(f"torch loop recipe: {len(batches) // accumulation} optimizer steps; dumped to {args.dump_path}")
-    describe(args.dump_path)
+    print(summary_text(summarize(args.dump_path)))
 
 
 if __name__ == "__main__":
