@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any
 
 
 def framework_of(model: Any, configured: str = "") -> str:

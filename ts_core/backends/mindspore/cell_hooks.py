@@ -9,8 +9,9 @@ as ``Cell.{path}.{Class}.parameters_grad.0`` at the end of the step.
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional
 
+from ..hook_set import HookSet
 from .._depth import DEPTH, internal
 from ._runtime import grad_recording
 from .grad_capture import GradCapture, Pending
@@ -24,15 +25,11 @@ def own_parameters(cell) -> Dict[str, Any]:
     return {k.rsplit(".", 1)[-1]: v for k, v in cell.parameters_dict(recurse=False).items()}
 
 
-class CellHooks:
+class CellHooks(HookSet):
     def __init__(self, collector, switch, pending: Optional[Pending]):
-        self.collector = collector
+        super().__init__(collector)
         self.switch = switch
         self.pending = pending           # None: backward records not wanted
-        self.handles: List[Any] = []
-        self.hooked: Dict[int, Any] = {}
-        self._open: Dict[int, List[Optional[Tuple[Any, Optional[GradCapture]]]]] = {}
-        self.param_grads: Dict[str, Dict[str, Any]] = {}
 
     def install(self, model, index: Optional[int] = None) -> int:
         """Hook every sub-Cell of `model` (not `model` itself). Idempotent per model."""
@@ -103,23 +100,6 @@ class CellHooks:
         if col.dump is None or grad is None:
             return None
         with internal():
-            summary = col.summ.summarize(grad, f"{base}.parameters_grad.0.{pname}")
-            self.param_grads.setdefault(base, {})[pname] = [summary]     # msprobe: a one-element list
+            self.store_param_grad(base, pname, grad)
         return None
 
-    def emit_param_grads(self) -> None:
-        """One ``parameters_grad`` record per Cell with gradients this step."""
-        grads, self.param_grads = self.param_grads, {}
-        for base, rec in grads.items():
-            self.collector.params_grad(base, rec)
-
-    def reset(self) -> None:
-        self._open.clear()
-        self.param_grads.clear()
-
-    def remove(self) -> None:
-        for h in self.handles:
-            h.remove()
-        self.handles.clear()
-        self.hooked.clear()
-        self.reset()

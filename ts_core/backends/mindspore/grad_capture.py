@@ -20,19 +20,12 @@ from typing import Any, Callable, Dict, List
 from mindspore import Tensor, ops
 
 from .._depth import internal
+from ..structure import leaves, map_leaves
 from .tensors import FLOATING
 
 
 def flat_tensors(obj: Any, out: List[Tensor]) -> List[Tensor]:
-    if isinstance(obj, Tensor):
-        out.append(obj)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            flat_tensors(v, out)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            flat_tensors(v, out)
-    return out
+    return leaves(obj, lambda v: isinstance(v, Tensor), out)
 
 
 class _Slot:
@@ -46,30 +39,16 @@ _SLOT = _Slot()
 
 def _collect(obj: Any, slots: List[Tensor]) -> Any:
     """`obj` with each floating tensor replaced by a placeholder (appended to `slots`)."""
-    if isinstance(obj, Tensor):
-        if obj.dtype in FLOATING:
-            slots.append(obj)
+    def slot(v: Any) -> Any:
+        if isinstance(v, Tensor) and v.dtype in FLOATING:
+            slots.append(v)
             return _SLOT
-        return obj
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_collect(v, slots) for v in obj)
-    if isinstance(obj, list):
-        return [_collect(v, slots) for v in obj]
-    if isinstance(obj, dict):
-        return {k: _collect(v, slots) for k, v in obj.items()}
-    return obj
+        return v
+    return map_leaves(obj, slot)
 
 
 def _fill(obj: Any, it) -> Any:
-    if obj is _SLOT:
-        return next(it)
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_fill(v, it) for v in obj)
-    if isinstance(obj, list):
-        return [_fill(v, it) for v in obj]
-    if isinstance(obj, dict):
-        return {k: _fill(v, it) for k, v in obj.items()}
-    return obj
+    return map_leaves(obj, lambda v: next(it) if v is _SLOT else v)
 
 
 class Pending:

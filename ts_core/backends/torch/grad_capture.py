@@ -16,6 +16,7 @@ from typing import Any, Callable, List, Optional
 import torch
 
 from .._depth import internal
+from ..structure import leaves, map_leaves
 
 
 class _GradTap(torch.autograd.Function):
@@ -31,27 +32,11 @@ class _GradTap(torch.autograd.Function):
 
 
 def flat_tensors(obj: Any, out: List[torch.Tensor]) -> List[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        out.append(obj)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            flat_tensors(v, out)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            flat_tensors(v, out)
-    return out
+    return leaves(obj, lambda v: isinstance(v, torch.Tensor), out)
 
 
 def _replace(obj: Any, swap: dict) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return swap.get(id(obj), obj)
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_replace(v, swap) for v in obj)
-    if isinstance(obj, list):
-        return [_replace(v, swap) for v in obj]
-    if isinstance(obj, dict):
-        return {k: _replace(v, swap) for k, v in obj.items()}
-    return obj
+    return map_leaves(obj, lambda v: swap.get(id(v), v) if isinstance(v, torch.Tensor) else v)
 
 
 class GradCapture:

@@ -6,24 +6,21 @@ hooks, so ``ReLU(inplace=True)`` and in-place ops on module outputs keep working
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
 from .._depth import DEPTH, internal
+from ..hook_set import HookSet
 from .api_hooks import _node_target
 from .grad_capture import GradCapture
 
 
-class ModuleHooks:
+class ModuleHooks(HookSet):
     def __init__(self, collector, switch, want_backward: bool):
-        self.collector = collector
+        super().__init__(collector)
         self.switch = switch
         self.want_backward = want_backward
-        self.handles: List[Any] = []
-        self.hooked: Dict[int, Any] = {}
-        self._open: Dict[int, List[Optional[Tuple[Any, Optional[GradCapture], bool]]]] = {}
-        self.param_grads: Dict[str, Dict[str, Any]] = {}
         self.params: List[Tuple[str, str, torch.Tensor]] = []    # (base, name, param) hooked
 
     def install(self, model: torch.nn.Module, index: Optional[int] = None) -> int:
@@ -98,28 +95,13 @@ class ModuleHooks:
         if col.dump is None or param.grad is None:
             return
         with internal():
-            summary = col.summ.summarize(param.grad, f"{base}.parameters_grad.0.{pname}")
-            self.param_grads.setdefault(base, {})[pname] = [summary]     # msprobe: a one-element list
+            self.store_param_grad(base, pname, param.grad)
 
     def capture_param_grads(self) -> None:
         """Re-read every hooked parameter's current .grad (the latest value wins)."""
         for base, pname, param in self.params:
             self._param_grad(base, pname, param)
 
-    def emit_param_grads(self) -> None:
-        """One ``parameters_grad`` record per module with gradients this step."""
-        grads, self.param_grads = self.param_grads, {}
-        for base, rec in grads.items():
-            self.collector.params_grad(base, rec)
-
-    def reset(self) -> None:
-        self._open.clear()
-        self.param_grads.clear()
-
     def remove(self) -> None:
-        for h in self.handles:
-            h.remove()
-        self.handles.clear()
-        self.hooked.clear()
+        super().remove()
         self.params.clear()
-        self.reset()
