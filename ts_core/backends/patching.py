@@ -68,6 +68,17 @@ class ApiPatcher:
                 return True
         return False
 
+    def register(self, module: Any, api_name: str, api_prefix: Optional[str] = None) -> None:
+        """A user's own API (``register_custom_api``): key prefix defaults to the module's name."""
+        prefix = api_prefix if api_prefix is not None else getattr(module, "__name__", str(module))
+        if not self.patch(module, api_name, f"{prefix}.{api_name}"):
+            raise AttributeError(f"register_custom_api: {module!r} has no callable '{api_name}' "
+                                 "(or it is already registered)")
+
+    def unregister(self, module: Any, api_name: str) -> None:
+        if not self.restore_one(module, api_name):
+            raise ValueError(f"restore_custom_api: '{api_name}' of {module!r} was not registered")
+
     def restore(self) -> None:
         while self._saved:
             self._put_back(*self._saved.pop())

@@ -114,14 +114,10 @@ class MindSporeBackend:
         return None
 
     def register_custom_api(self, module: Any, api_name: str, api_prefix: Optional[str] = None) -> None:
-        prefix = api_prefix if api_prefix is not None else getattr(module, "__name__", str(module))
-        if not self.apis.patch(module, api_name, f"{prefix}.{api_name}"):
-            raise AttributeError(f"register_custom_api: {module!r} has no callable '{api_name}' "
-                                 "(or it is already registered)")
+        self.apis.register(module, api_name, api_prefix)
 
     def restore_custom_api(self, module: Any, api_name: str) -> None:
-        if not self.apis.restore_one(module, api_name):
-            raise ValueError(f"restore_custom_api: '{api_name}' of {module!r} was not registered")
+        self.apis.unregister(module, api_name)
 
     def close(self) -> None:
         self.apis.restore()
