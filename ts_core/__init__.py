@@ -33,12 +33,12 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> 
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("compare", "compare_npy_dir"):
+    if name == "compare":
         import importlib
 
         pkg = importlib.import_module(".compare", __name__)   # callable package: ts_core.compare(...)
         return getattr(pkg, name)
-    if name in ("migrator", "save", "save_grad"):          # TroubleShooter's face (ts_core.compat)
+    if name in ("migrator", "save", "save_grad", "compare_npy_dir"):   # TroubleShooter's face (ts_core.compat)
         import importlib
 
         return getattr(importlib.import_module(".compat", __name__), name)

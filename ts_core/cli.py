@@ -66,19 +66,16 @@ def _add_recover(sub) -> None:
 def _run_recover(args: argparse.Namespace) -> int:
     import os
 
+    from ts_core.dumpfmt import JOURNAL, find_journal_dirs
     from ts_core.writer import recover
-    from ts_core.writer.journal import JOURNAL_NAME
 
     if not os.path.isdir(args.dump):
         raise FileNotFoundError(f"tsprobe recover: {args.dump} is not a folder")
-    found = 0
-    for root, _, files in sorted(os.walk(args.dump)):
-        if JOURNAL_NAME in files:
-            n = recover(root)
-            found += 1
-            print(f"{root}: {n} records recovered")
-    if not found:
-        print(f"tsprobe recover: no {JOURNAL_NAME} under {args.dump}: nothing to recover", file=sys.stderr)
+    folders = find_journal_dirs(args.dump)
+    for folder in folders:
+        print(f"{folder}: {recover(folder)} records recovered")
+    if not folders:
+        print(f"tsprobe recover: no {JOURNAL} under {args.dump}: nothing to recover", file=sys.stderr)
         return 2
     return 0
 

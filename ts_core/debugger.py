@@ -18,6 +18,7 @@ from typing import Any, Optional, Sequence
 
 from .backends import framework_of, load_backend
 from .config import DebuggerConfig, build_config
+from .dumpfmt import debug_key
 from .errors import ConfigError
 from .record.collector import Collector
 
@@ -206,9 +207,9 @@ class PrecisionDebugger:
             self._debug_counts.clear()
         n = self._debug_counts.get(name, 0)
         self._debug_counts[name] = n + 1
-        col.save_value(f"{name}.{n}.debug", variable)
+        col.save_value(debug_key(name, n), variable)
         if save_backward:
-            self._backend.save_backward(f"{name}_grad.{n}.debug", variable)
+            self._backend.save_backward(debug_key(f"{name}_grad", n), variable)
 
     # -- custom APIs ----------------------------------------------------------------------
     def register_custom_api(self, module: Any, api_name: str, api_prefix: Optional[str] = None) -> None:

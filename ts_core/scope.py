@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .record.naming import without_direction
+from .dumpfmt import without_direction
 
 
 class Scope:

@@ -77,7 +77,8 @@ def test_compare_package_imports_and_runs_without_torch(tmp_path):
             "import ts_core.compare as c\n"
             f"r = c.compare({str(tmp_path / 'g')!r}, {str(tmp_path / 't')!r}, verbose=False)\n"
             "print(r.first_divergence.key)\n"
-            "c.compare_npy_dir\n")
+            "import ts_core.compat as compat\n"
+            "compat.compare_npy_dir\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "Tensor.__add__.0.forward"

@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from ts_core.compare import DumpFormatError, compare_npy_dir, get_name_map_list_by_name
+from ts_core.compare import DumpFormatError
+from ts_core.compat import compare_npy_dir, get_name_map_list_by_name
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ def test_on_write_error_raise_stops_instead(tmp_path):
 
 def test_no_half_written_json_when_the_disk_fills(tmp_path, monkeypatch):
     """dump.json is written atomically: a failure leaves the previous complete file."""
-    import ts_core.writer.atomic as atomic
+    import ts_core.dumpfmt.jsonio as atomic
 
     model, x = make("mlp")
     dbg = PrecisionDebugger(dump_path=str(tmp_path / "d"), level="L1", step=[0])
@@ -67,7 +67,7 @@ def test_no_half_written_json_when_the_disk_fills(tmp_path, monkeypatch):
         dbg.stop()
     monkeypatch.setattr(atomic.os, "fsync", real_fsync)
     assert load_dump(str(rank_dir)) == first      # old complete file, not a torn one
-    assert not list(rank_dir.glob("*.tmp"))
+    assert not list(rank_dir.glob("*.tmp*"))
     dbg.close()
     final = load_dump(str(rank_dir))
     assert final.get("incomplete") is True and len(final["data"]) > len(first["data"])
@@ -109,7 +109,7 @@ def test_kill_9_mid_step_keeps_records_and_recover_rebuilds_dump_json(tmp_path):
 
 
 def test_torn_journal_line_is_ignored(tmp_path):
-    from ts_core.writer.journal import JOURNAL_NAME
+    from ts_core.dumpfmt import JOURNAL as JOURNAL_NAME
 
     rank_dir = tmp_path / "r"
     rank_dir.mkdir()
@@ -165,7 +165,7 @@ def test_record_keys_cannot_escape_the_dump_folder(tmp_path):
 
 def test_tsprobe_recover_cli(tmp_path, capsys):
     from ts_core.cli import main
-    from ts_core.writer.journal import JOURNAL_NAME
+    from ts_core.dumpfmt import JOURNAL as JOURNAL_NAME
 
     rank_dir = tmp_path / "step0" / "rank"
     rank_dir.mkdir(parents=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from ..dumpfmt import params_grad_key, value_name
+
 
 class HookSet:
     def __init__(self, collector: Any):
@@ -15,7 +17,7 @@ class HookSet:
 
     def store_param_grad(self, base: str, pname: str, grad: Any) -> None:
         """Summarise a parameter's gradient now; the latest one per parameter is recorded."""
-        summary = self.collector.summ.summarize(grad, f"{base}.parameters_grad.0.{pname}")
+        summary = self.collector.summ.summarize(grad, value_name(params_grad_key(base, 0), pname))
         self.param_grads.setdefault(base, {})[pname] = [summary]     # msprobe: a one-element list
 
     def emit_param_grads(self) -> None:

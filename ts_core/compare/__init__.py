@@ -10,13 +10,12 @@ from .errors import DumpFormatError, TensorFileError
 from .loader import Dump, DumpUnit, find_dumps
 from .matching import align, default_normalise, parse_key
 from .metrics import TensorMetrics, compare_arrays, compare_stats
-from .npy_dir import compare_npy_dir, get_name_map_list_by_name
 from .result import CompareResult, FirstDivergence, PairResult, Row
 from .summary import summarize, summary_text
 from .verdict import DEFAULT_TOLERANCES, Tolerance, pick_tolerance
 
 __all__ = [
-    "compare", "compare_npy_dir", "get_name_map_list_by_name", "summarize", "summary_text", "write_outputs",
+    "compare", "summarize", "summary_text", "write_outputs",
     "DumpFormatError", "TensorFileError", "Dump", "DumpUnit", "find_dumps", "align", "default_normalise",
     "parse_key", "TensorMetrics", "compare_arrays", "compare_stats", "CompareResult", "FirstDivergence",
     "PairResult", "Row", "DEFAULT_TOLERANCES", "Tolerance", "pick_tolerance",

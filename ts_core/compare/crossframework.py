@@ -22,8 +22,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from .loader import OUTPUT, PARAMETER, Call, Entry
-from .matching import FORWARD, align, default_normalise, parse_key
+from ..dumpfmt import FORWARD, OUTPUT, PARAMETER, Entry, api_key, module_base, parse_key, split_module_name
+from .loader import Call
+from .matching import align, default_normalise
 
 MAPPING_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "backends", "mindspore", "torch_mapping.yaml")
@@ -52,14 +53,6 @@ def load_mapping(path: Optional[str] = None) -> dict:
         with open(path, encoding="utf-8") as f:
             _cache[path] = yaml.safe_load(f) or {}
     return _cache[path]
-
-
-def _split_module(name: str) -> Tuple[str, str, str]:
-    """``Cell.attn.q.Dense`` -> ("Cell", "attn.q", "Dense")."""
-    parts = name.split(".")
-    if len(parts) == 1:
-        return parts[0], "", ""
-    return parts[0], ".".join(parts[1:-1]), parts[-1]
 
 
 @dataclass
@@ -121,11 +114,11 @@ class Translator:
 
     def torch_name(self, ms_name: str, kind: str) -> str:
         if kind in ("module", "parameters_grad"):
-            prefix, path, mcls = _split_module(ms_name)
+            prefix, path, mcls = split_module_name(ms_name)
             if prefix != "Cell" or not mcls:
                 return ms_name
-            cands = [f"Module.{path}.{t}" if path else f"Module.{t}" for t in self.m.modules.get(mcls, [])]
-            same = f"Module.{path}.{mcls}" if path else f"Module.{mcls}"
+            cands = [module_base(path, t) for t in self.m.modules.get(mcls, [])]
+            same = module_base(path, mcls)
             return self._pick(cands + [same], same)
         if kind == "api":
             return self._pick(self.m.api_candidates(ms_name), ms_name)
@@ -140,7 +133,7 @@ class Translator:
 
     def torch_class(self, ms_key: str) -> str:
         info = parse_key(ms_key)
-        return _split_module(self.torch_name(info.name, info.kind))[2]
+        return split_module_name(self.torch_name(info.name, info.kind))[2]
 
     def rename_entries(self, call: Call) -> Call:
         """MindSpore parameter names -> torch's (``parameters.gamma`` -> ``parameters.weight``)."""
@@ -197,7 +190,7 @@ def _apply(calls: List[Call], runs: List[List[int]], label: str, names: Dict[str
     for i, c in enumerate(calls):
         if i in starts:
             merged = merge([calls[j] for j in starts[i]])
-            names[merged.key] = f"{label}.{n}.forward"
+            names[merged.key] = api_key(label, n, FORWARD)
             n += 1
             out.append(merged)
         elif i not in inside:

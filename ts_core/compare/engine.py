@@ -5,6 +5,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
+from .crossframework import is_cross, prepare
+from .divergence import find_first_divergence
 from .errors import TensorFileError
 from .loader import OUTPUT, PARAMETER, Call, Dump, DumpUnit, Entry, is_tensor_summary
 from .matching import BACKWARD, FORWARD, OTHER, align, default_normalise
@@ -290,18 +292,14 @@ def _insert_keyed(pairs: List[CallPair], gs: List[Call], ts: List[Call], directi
 def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
                  progress: Optional[bool] = None) -> PairResult:
     """Compare one step/rank: every call aligned, every value a row, then the first divergence."""
-    from .divergence import find_first_divergence
-
     gd, td = Dump(golden), Dump(target)
     gcalls, tcalls = gd.calls(), td.calls()
     names: Tuple = (None, None)
     notes: List[str] = []
     cross = opts.crossframework
     if cross is None:
-        from .crossframework import is_cross
         cross = is_cross(gd.framework, td.framework)
     if cross:
-        from .crossframework import prepare
         prep = prepare(gcalls, tcalls, gd.framework, td.framework, opts.mapping)
         gcalls, tcalls, names = prep.golden, prep.target, (prep.golden_name, prep.target_name)
         notes.append(f"cross-framework compare ({gd.framework or '?'} vs {td.framework or '?'}): calls paired "

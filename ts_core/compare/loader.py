@@ -6,119 +6,19 @@ imported only when a ``.pt`` file is actually read.
 """
 from __future__ import annotations
 
-import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .errors import DumpFormatError, TensorFileError
-from .matching import parse_key
+from ..dumpfmt import (INPUT, OUTPUT, PARAMETER, TENSOR_DIR, DumpFormatError, DumpUnit, Entry, TensorFileError,
+                       find_dumps, is_tensor_summary, parse_key, read_construct, read_header_and_data, read_json,
+                       read_stacks, record_entries)
 
-DUMP_JSON = "dump.json"
-JOURNAL = "journal.jsonl"        # what a tsprobe run leaves when killed before stop()
-TENSOR_DIR = "dump_tensor_data"
-_STEP = re.compile(r"^step(\d+)$")
-_RANK = re.compile(r"^(rank\d*|proc\d+)$")
-
-INPUT, OUTPUT, PARAMETER = "input", "output", "parameter"
-
-
-@dataclass(frozen=True)
-class DumpUnit:
-    """One dump.json: the data of one step on one rank."""
-
-    step: Optional[int]
-    rank: str           # "rank0", "rank" (not distributed), "proc1234" (msprobe), or ""
-    json_path: Path
-
-    @property
-    def label(self) -> str:
-        step = "" if self.step is None else f"step{self.step}"
-        return "/".join(p for p in (step, self.rank) if p) or self.json_path.parent.name
-
-
-def _unit_for(json_path: Path) -> DumpUnit:
-    step, rank = None, ""
-    for part in reversed(json_path.parent.parts[-3:]):
-        if not rank and _RANK.match(part):
-            rank = part
-        m = _STEP.match(part)
-        if m and step is None:
-            step = int(m.group(1))
-    return DumpUnit(step, rank, json_path)
-
-
-def find_dumps(path: os.PathLike | str) -> List[DumpUnit]:
-    """All dump.json files under a dump root, a step folder, a rank folder, or the file itself."""
-    p = Path(path)
-    if not p.exists():
-        raise DumpFormatError(f"{p}: no such file or directory")
-    if p.is_file():
-        return [_unit_for(p)]
-    found: List[Path] = []
-    level, visited = [p], []
-    for _ in range(4):  # root / step / rank / dump.json, without walking tensor folders
-        found = [d / DUMP_JSON for d in level if (d / DUMP_JSON).is_file()]
-        if found:
-            break
-        visited += level
-        level = sorted(c for d in level for c in _subdirs(d))
-    if not found:
-        journals = [d / JOURNAL for d in visited + level if (d / JOURNAL).is_file()]
-        if journals:
-            raise DumpFormatError(f"{journals[0].parent}: holds no {DUMP_JSON}, only the journal of an interrupted "
-                                  f"run; rebuild it first (tsprobe recover {journals[0].parent})")
-        raise DumpFormatError(f"{p}: holds no dump (expected step*/rank*/{DUMP_JSON} below it)")
-    units = [_unit_for(f) for f in found]
-    return sorted(units, key=lambda u: (u.step if u.step is not None else -1, _rank_order(u.rank)))
-
-
-def _subdirs(d: Path) -> List[Path]:
-    try:
-        return [c for c in d.iterdir() if c.is_dir() and c.name != TENSOR_DIR]
-    except OSError:
-        return []
-
-
-def _rank_order(rank: str) -> Tuple[int, str]:
-    digits = re.sub(r"\D", "", rank)
-    return (int(digits) if digits else -1, rank)
-
-
-def read_json(path: Path) -> Any:
-    """Parse a JSON file; any failure becomes one DumpFormatError naming the file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DumpFormatError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DumpFormatError(f"{path}: cannot be read ({e})") from None
-    if not text.strip():
-        raise DumpFormatError(f"{path}: file is empty (the run may have stopped before it was written)")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DumpFormatError(f"{path}: not valid JSON at line {e.lineno}, column {e.colno} ({e.msg}); "
-                              f"the file may be truncated") from None
-
-
-# ---------------------------------------------------------------- records -> calls
-
-@dataclass
-class Entry:
-    """One recorded value of a call: a tensor summary, a non-tensor value, or None."""
-
-    role: str        # input / output / parameter
-    arg: str         # "input.0", "input.eps", "output.0", "parameters.weight", "weight"
-    leaf: Any        # summary dict, {"type","value"} dict, or None
-
-    @property
-    def is_tensor(self) -> bool:
-        return is_tensor_summary(self.leaf)
+__all__ = ["Dump", "DumpUnit", "Call", "Entry", "find_dumps", "read_json", "record_to_call", "is_tensor_summary",
+           "load_tensor_file", "pair_units", "INPUT", "OUTPUT", "PARAMETER"]
 
 
 @dataclass
@@ -130,53 +30,9 @@ class Call:
     entries: List[Entry] = field(default_factory=list)
 
 
-def is_tensor_summary(v: Any) -> bool:
-    return isinstance(v, dict) and isinstance(v.get("type"), str) and "shape" in v and "dtype" in v \
-        and "value" not in v
-
-
-def _is_leaf(v: Any) -> bool:
-    return v is None or not isinstance(v, (dict, list)) or \
-        (isinstance(v, dict) and isinstance(v.get("type"), str))
-
-
-def _flatten(value: Any, prefix: str) -> Iterator[Tuple[str, Any]]:
-    if _is_leaf(value):
-        if value is not None and not isinstance(value, dict):
-            value = {"type": type(value).__name__, "value": value}
-        yield prefix, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _flatten(v, f"{prefix}.{k}")
-    else:
-        for i, v in enumerate(value):
-            yield from _flatten(v, f"{prefix}.{i}")
-
-
-_SECTIONS = {  # record field -> (role, name used in tensor names, as msprobe's data_name does)
-    "input_args": (INPUT, "input"), "input_kwargs": (INPUT, "input"), "input": (INPUT, "input"),
-    "output": (OUTPUT, "output"), "parameters": (PARAMETER, "parameters"),
-}
-
-
 def record_to_call(key: str, record: Any, index: int) -> Call:
     info = parse_key(key)
-    call = Call(key, info.direction, info.kind, index)
-    if not isinstance(record, dict):
-        return call
-    if info.kind == "parameters_grad":
-        for name, v in record.items():
-            if isinstance(v, list) and len(v) == 1:  # msprobe writes {"weight": [summary]}
-                v = v[0]
-            call.entries.extend(Entry(OUTPUT, a, leaf) for a, leaf in _flatten(v, name))
-        return call
-    for section, v in record.items():
-        role, name = _SECTIONS.get(section, (None, section))
-        if role is None:
-            low = section.lower()
-            role = OUTPUT if "output" in low else PARAMETER if "param" in low else INPUT
-        call.entries.extend(Entry(role, a, leaf) for a, leaf in _flatten(v, name))
-    return call
+    return Call(key, info.direction, info.kind, index, record_entries(record, info.kind == "parameters_grad"))
 
 
 # ---------------------------------------------------------------- one dump
@@ -188,15 +44,13 @@ class Dump:
         self.unit = unit
         self.path = unit.json_path
         self.dir = unit.json_path.parent
-        doc = read_json(self.path)
-        if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
-            raise DumpFormatError(f"{self.path}: not a dump.json (no \"data\" object mapping keys to records)")
-        self.task: str = str(doc.get("task") or "")
-        self.level: str = str(doc.get("level") or "")
-        self.framework: str = str(doc.get("framework") or "")
-        self.data_dir: Optional[str] = doc.get("dump_data_dir") if isinstance(doc.get("dump_data_dir"), str) else None
-        self.data: Dict[str, Any] = doc["data"]
-        self.incomplete = bool(doc.get("incomplete"))
+        header, self.data = read_header_and_data(str(self.path))
+        self.task: str = str(header.get("task") or "")
+        self.level: str = str(header.get("level") or "")
+        self.framework: str = str(header.get("framework") or "")
+        self.data_dir: Optional[str] = header.get("dump_data_dir") if isinstance(header.get("dump_data_dir"), str) \
+            else None
+        self.incomplete = bool(header.get("incomplete"))
         self._stack: Optional[Dict[str, List[str]]] = None
         self._construct: Optional[Dict[str, Any]] = None
 
@@ -205,26 +59,15 @@ class Dump:
 
     @property
     def stacks(self) -> Dict[str, List[str]]:
-        """key -> frames. Accepts msprobe's grouped form {"0": [[keys], [frames]]} and {key: [frames]}."""
+        """key -> frames (msprobe's grouped form and the older {key: [frames]} are both read)."""
         if self._stack is None:
-            self._stack = {}
-            p = self.dir / "stack.json"
-            raw = read_json(p) if p.is_file() else {}
-            if isinstance(raw, dict):
-                for k, v in raw.items():
-                    if isinstance(v, list) and len(v) == 2 and isinstance(v[0], list) and isinstance(v[1], list):
-                        for key in v[0]:
-                            self._stack[str(key)] = [str(f) for f in v[1]]
-                    elif isinstance(v, list):
-                        self._stack[k] = [str(f) for f in v]
+            self._stack = {k: frames for keys, frames in read_stacks(str(self.dir)) for k in keys}
         return self._stack
 
     @property
     def construct(self) -> Dict[str, Any]:
         if self._construct is None:
-            p = self.dir / "construct.json"
-            raw = read_json(p) if p.is_file() else {}
-            self._construct = raw if isinstance(raw, dict) else {}
+            self._construct = read_construct(str(self.dir))
         return self._construct
 
     def tensor_path(self, data_name: str) -> Path:

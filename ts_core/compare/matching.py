@@ -8,56 +8,20 @@ mapping (``Cell.fc.Dense`` <-> ``Module.fc.Linear``) can replace it later.
 """
 from __future__ import annotations
 
-import re
 from bisect import bisect_left
-from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Callable, List, Optional, Sequence, Tuple
 
-FORWARD, BACKWARD, OTHER = "forward", "backward", "other"
-
-_API = re.compile(r"^(?P<name>.+)\.(?P<n>\d+)\.(?P<dir>forward|backward)$")
-_MODULE = re.compile(r"^(?P<name>.+)\.(?P<dir>forward|backward|parameters_grad)\.(?P<n>\d+)$")
+from ..dumpfmt import BACKWARD, FORWARD, OTHER, KeyInfo, forward_key, parse_key
 
 Pair = Tuple[Optional[int], Optional[int]]
-
-
-@dataclass(frozen=True)
-class KeyInfo:
-    key: str
-    name: str            # call name without counter: "Functional.linear", "Module.fc.Linear"
-    direction: str       # forward / backward / other
-    counter: Optional[int]
-    kind: str            # "api", "module", "parameters_grad" or "other"
-
-
-def parse_key(key: str) -> KeyInfo:
-    m = _MODULE.match(key)
-    if m:
-        d = m.group("dir")
-        kind = "parameters_grad" if d == "parameters_grad" else "module"
-        return KeyInfo(key, m.group("name"), BACKWARD if d != FORWARD else FORWARD, int(m.group("n")), kind)
-    m = _API.match(key)
-    if m:
-        return KeyInfo(key, m.group("name"), m.group("dir"), int(m.group("n")), "api")
-    return KeyInfo(key, key, OTHER, None, "other")
+__all__ = ["align", "default_normalise", "parse_key", "forward_key", "KeyInfo", "FORWARD", "BACKWARD", "OTHER"]
 
 
 def default_normalise(key: str) -> str:
     """Name a call independently of how often it ran before: counter removed, kind kept."""
     info = parse_key(key)
     return f"{info.name}.{info.kind}.{info.direction}"
-
-
-def forward_key(key: str) -> str:
-    """The forward key of a backward/parameters_grad key (its stack lives there)."""
-    m = _MODULE.match(key)
-    if m:
-        return f"{m.group('name')}.forward.{m.group('n')}"
-    m = _API.match(key)
-    if m:
-        return f"{m.group('name')}.{m.group('n')}.forward"
-    return key
 
 
 # Above this many (golden x target) comparisons a plain diff gets slow (it is quadratic on

@@ -1,24 +1,26 @@
-"""Write compare.csv, summary.json and the terminal summary."""
+"""Write compare.csv and summary.json (the terminal summary is ``text.terminal_text``)."""
 from __future__ import annotations
 
 import csv
 import json
-import math
 from pathlib import Path
 from typing import Any, List
 
+from ..dumpfmt import json_safe
 from .result import CSV_COLUMNS, CompareResult, Row
-from .verdict import ERROR, PASS, WARNING
+from .text import terminal_text
+
+__all__ = ["write_csv", "write_summary", "terminal_text"]
 
 
 def _csv_value(v: Any) -> Any:
+    """Numbers stay numbers at full precision; NaN/Inf as JSON writes them ("nan", "inf")."""
     if v is None:
         return ""
+    v = json_safe(v)
     if isinstance(v, (list, tuple, dict)):
         return json.dumps(v)
-    if isinstance(v, float):
-        return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
-    return v
+    return repr(v) if isinstance(v, float) else v
 
 
 def write_csv(rows: List[Row], path: Path) -> None:
@@ -32,47 +34,3 @@ def write_csv(rows: List[Row], path: Path) -> None:
 
 def write_summary(result: CompareResult, path: Path) -> None:
     path.write_text(json.dumps(result.summary(), indent=2), encoding="utf-8")
-
-
-def _fmt(v: Any, spec: str = ".4g") -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return format(v, spec)
-    return str(v)
-
-
-def _short(s: str, n: int) -> str:
-    return s if len(s) <= n else "..." + s[-(n - 3):]
-
-
-def terminal_text(result: CompareResult, max_rows: int = 12) -> str:
-    """The verdict, the first divergence, then the earliest failing rows as a short table."""
-    c = result.counts
-    lines = [f"tsprobe compare: {result.verdict.upper()}  "
-             f"({c.get('matched', 0)} calls matched, {c.get('unmatched_golden', 0)} only in golden, "
-             f"{c.get('unmatched_target', 0)} only in target; rows: {c.get(PASS, 0)} pass, "
-             f"{c.get(WARNING, 0)} warning, {c.get(ERROR, 0)} error)"]
-    fd = result.first_divergence
-    if fd:
-        where = ", ".join(x for x in (f"step {fd.step}" if fd.step is not None else "", fd.rank) if x)
-        lines.append(fd.describe() + (f"\n  ({where})" if where else ""))
-    else:
-        lines.append(result.summary().get("first_divergence_note") or "no call introduced an error")
-    bad = [r for r in result.rows if r.verdict != PASS][:max_rows]
-    if bad:
-        header = f"{'verdict':<8} {'dir':<8} {'tensor':<58} {'cosine':>9} {'max_abs':>10} {'rel_err':>10}"
-        lines += ["", header, "-" * len(header)]
-        for r in bad:
-            lines.append(f"{r.verdict:<8} {r.direction:<8} {_short(r.name, 58):<58} {_fmt(r.cosine, '.6f'):>9} "
-                         f"{_fmt(r.max_abs_err):>10} {_fmt(r.error_measure):>10}")
-        more = sum(1 for r in result.rows if r.verdict != PASS) - len(bad)
-        if more > 0:
-            lines.append(f"... {more} more non-passing rows")
-    for p in result.pairs:
-        lines.extend(f"warning: {w}" for w in p.warnings)
-    if result.unpaired_golden or result.unpaired_target:
-        lines.append(f"unpaired dumps: golden {result.unpaired_golden}, target {result.unpaired_target}")
-    if result.report_path:
-        lines.append(f"report: {result.report_path}")
-    return "\n".join(lines)

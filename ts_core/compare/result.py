@@ -2,22 +2,12 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
+from ..dumpfmt import json_safe as _clean
+from .text import terminal_text
 from .verdict import ERROR, PASS, WARNING
-
-
-def _clean(v: Any) -> Any:
-    """JSON has no NaN/Inf: encode them as strings so json.loads never trips."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
-    if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
-    return v
 
 
 @dataclass
@@ -226,5 +216,4 @@ class CompareResult:
         return json.dumps(d, **kw)
 
     def __str__(self) -> str:
-        from .report import terminal_text
         return terminal_text(self)

@@ -14,30 +14,26 @@ TroubleShooter names: ``{NN|Tensor|Functional|Primitive}_{NAME}_{cnt}_{forward|b
 """
 from __future__ import annotations
 
-import json
-import math
 import os
 import shutil
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-_FUNCTIONAL = {"Functional", "Torch", "Mint", "Ops", "NPU", "Distributed", "Aten", "MintFunctional"}
-_MODULE = {"Module", "Cell"}
+from ..dumpfmt import (BACKWARD, FORWARD, MODULE_PREFIXES, KeyInfo, parse_key, read_json_optional, read_rank_files,
+                       write_json_atomic)
 
 
-def parse_key(key: str) -> Optional[Tuple[str, str, str, str]]:
-    """-> (kind 'module'|'api', ts_type, name, direction, base) or None for other records."""
-    parts = key.split(".")
-    if len(parts) < 4:
+def ts_identity(info: KeyInfo) -> Optional[Tuple[str, str]]:
+    """(TroubleShooter type, name) of a forward/backward record: ``("NN", "Linear")``,
+    ``("Functional", "linear")``, ``("Tensor", "__add__")``, ``("Primitive", "MatMul")``;
+    None for records TroubleShooter has no row for (parameters_grad, debug-level saves)."""
+    if info.direction not in (FORWARD, BACKWARD):
         return None
-    if parts[0] in _MODULE:
-        if parts[-2] not in ("forward", "backward"):
-            return None          # parameters_grad etc.
-        return "module", "NN", parts[-3], parts[-2], ".".join(parts[:-2])
-    if parts[-1] not in ("forward", "backward"):
+    if info.kind == "module" and info.prefix in MODULE_PREFIXES:
+        return "NN", info.class_name
+    if info.kind != "api":
         return None
-    prefix = parts[0]
-    ts_type = "Tensor" if prefix == "Tensor" else "Primitive" if prefix == "Primitive" else "Functional"
-    return "api", ts_type, parts[-3], parts[-1], ".".join(parts[:-1])
+    ts_type = info.prefix if info.prefix in ("Tensor", "Primitive") else "Functional"
+    return ts_type, info.name.rsplit(".", 1)[-1]
 
 
 def _leaves(value: Any, out: List[Any]) -> List[Any]:
@@ -105,39 +101,32 @@ class Translator:
 
     def add_dump(self, dump_dir: str, *, mode: str = "all", scope: Optional[List[str]] = None,
                  dump_type: str = "all", filter_data: bool = True, retain_backward: bool = False) -> None:
-        with open(os.path.join(dump_dir, "dump.json"), encoding="utf-8") as f:
-            dump = json.load(f)
-        construct = _load_json(os.path.join(dump_dir, "construct.json"), {})
-        stacks = _load_json(os.path.join(dump_dir, "stack.json"), {})
-        key_stack: Dict[str, List[str]] = {}
-        for _, entry in stacks.items():
-            keys, lines = entry[0], entry[1]
-            for k in keys:
-                key_stack[k] = lines
-        data: Dict[str, Any] = dump.get("data", {})
-        tensor_dir = dump.get("dump_data_dir") or os.path.join(dump_dir, "dump_tensor_data")
-        parsed = {k: parse_key(k) for k in data}
-        parents_of_modules = {p for k, p in construct.items() if p and parsed.get(k) and parsed[k][0] == "module"}
+        files = read_rank_files(dump_dir)
+        construct = files.construct
+        key_stack = files.stacks_by_key()
+        data: Dict[str, Any] = files.data
+        tensor_dir = files.tensor_dir
+        infos = {k: parse_key(k) for k in data}
+        parsed = {k: ts_identity(i) for k, i in infos.items()}
 
-        def forward_key(key: str) -> str:
-            p = parsed.get(key) or parse_key(key)
-            if p and p[0] == "module" and p[3] == "backward":
-                return p[4] + ".forward." + key.rsplit(".", 1)[1]
-            return key
+        def info_of(key: str) -> KeyInfo:
+            return infos.get(key) or parse_key(key)
+
+        parents_of_modules = {p for k, p in construct.items() if p and parsed.get(k) and parsed[k][0] == "NN"}
 
         def is_leaf_module(key: Optional[str]) -> bool:
             if not key:
                 return False
-            p = parsed.get(key) or parse_key(key)
+            info = info_of(key)
             # a leaf: no module/Cell record names it as parent
-            return bool(p) and p[0] == "module" and forward_key(key) not in parents_of_modules \
-                and key not in parents_of_modules
+            return ts_identity(info) is not None and ts_identity(info)[0] == "NN" \
+                and info.forward_key not in parents_of_modules and key not in parents_of_modules
 
         def keep(key: str) -> bool:
             p = parsed[key]
             if p is None:
                 return False
-            if p[0] == "module":
+            if p[0] == "NN":
                 return is_leaf_module(key)
             return not is_leaf_module(construct.get(key))   # calls inside a layer belong to the layer
 
@@ -148,12 +137,11 @@ class Translator:
             p = parsed[key]
             if p is None or not keep(key):
                 continue
-            kind, ts_type, name, direction, base = p
-            if kind == "module":
-                fwd_id = base + "." + key.rsplit(".", 1)[1]
-            else:
-                fwd_id = base
-            if direction == "forward":
+            ts_type, name = p
+            info = infos[key]
+            direction = info.direction
+            fwd_id = info.forward_key
+            if direction == FORWARD:
                 stem = f"{ts_type}_{name}"
                 cnt = self.counts.get(stem, 0)
                 self.counts[stem] = cnt + 1
@@ -192,8 +180,8 @@ class Translator:
                             shutil.move(sp, os.path.join(self.npy_dir, fname + ".npy"))
 
     def write(self) -> None:
-        _write_json(self.info_path, self.info)
-        _write_json(self.stack_path, self.stack)
+        write_json_atomic(self.info_path, self.info)
+        write_json_atomic(self.stack_path, self.stack)
 
 
 def _strip_direction(name: str) -> str:
@@ -205,21 +193,6 @@ def _strip_direction(name: str) -> str:
     return name
 
 
-def _load_json(path: str, default: Any) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return default
-
-
-def _write_json(path: str, obj: Any) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
-
-
 def load_info(run_dir: str) -> Tuple[str, List[list], str]:
     """Find ``{prefix}_api_dump_info.json`` under ``run_dir`` (or ``run_dir/rank0``) ->
     (prefix, entries, npy folder)."""
@@ -227,6 +200,6 @@ def load_info(run_dir: str) -> Tuple[str, List[list], str]:
         for prefix in ("torch", "mindspore", "mindtorch"):
             p = os.path.join(d, f"{prefix}_api_dump_info.json")
             if os.path.isfile(p):
-                return prefix, _load_json(p, []), os.path.join(d, f"{prefix}_api_dump")
+                return prefix, read_json_optional(p, []), os.path.join(d, f"{prefix}_api_dump")
     raise FileNotFoundError(f"no *_api_dump_info.json in {run_dir} or {run_dir}/rank0 "
                             "(TroubleShooter's .pkl info files are not read: pickle is never loaded)")

@@ -16,7 +16,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..compare.metrics import compare_arrays
-from ..compare.npy_dir import compare_npy_dir, get_name_map_list_by_name
+from ..dumpfmt import DUMP_JSON
+from .npy_dir import compare_npy_dir, get_name_map_list_by_name
 from .layout import Translator, load_info
 
 __all__ = ["api_dump_init", "api_dump_start", "api_dump_stop", "api_dump_compare",
@@ -143,7 +144,7 @@ def api_dump_stop() -> None:
     _restore_dropout(st)
     seen = []
     for d in dirs + list(dbg.dump_dirs):
-        if d not in seen and os.path.isfile(os.path.join(d, "dump.json")):
+        if d not in seen and os.path.isfile(os.path.join(d, DUMP_JSON)):
             seen.append(d)
     for d in seen:
         st.translator.add_dump(d, retain_backward=st.retain_backward, **st.options)

@@ -14,14 +14,30 @@ import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import DebuggerConfig
+from ..dumpfmt import (BACKWARD, FORWARD, api_key, module_key, params_grad_key, rank_dir, value_name,
+                       without_direction)
 from ..scope import Scope
 from ..writer import DumpDir
-from .naming import BACKWARD, FORWARD, CallCounter, api_key, module_key, params_grad_key, without_direction
 from .stack import StackRecorder
 from .summary import Summarizer, TensorAdapter
 
 FLUSH_RECORDS = 512
 FLUSH_SECONDS = 0.5     # a record reaches the journal at most ~this long after it was collected
+
+
+class CallCounter:
+    """Per-step call numbering: the n-th call of the same base name gets index n."""
+
+    def __init__(self) -> None:
+        self._next: Dict[str, int] = {}
+
+    def next(self, base: str) -> int:
+        n = self._next.get(base, 0)
+        self._next[base] = n + 1
+        return n
+
+    def reset(self) -> None:
+        self._next.clear()
 
 
 class Call:
@@ -63,8 +79,7 @@ class Collector:
     def open_step(self, step: int, rank: Optional[int]) -> None:
         self.close_step()
         self.step, self.rank = step, rank
-        rank_dir = "rank" if rank is None else f"rank{rank}"
-        path = os.path.join(self.cfg.dump_path, f"step{step}", rank_dir)
+        path = rank_dir(self.cfg.dump_path, step, rank)
         header = {"task": self.cfg.task, "level": self.cfg.level, "framework": self.adapter.framework}
         tensor_mode = self.cfg.task == "tensor"
         self.dump = DumpDir(path, header, tensor_to_numpy=self.adapter.to_numpy if tensor_mode else None,
@@ -123,9 +138,9 @@ class Collector:
         rec: Dict[str, Any] = {}
         if self.want[FORWARD, "input"]:
             s = self.summ.summarize
-            prefix = f"{call.fwd_key}.input"
-            rec["input_args"] = [s(a, f"{prefix}.{i}") for i, a in enumerate(args)]
-            rec["input_kwargs"] = {k: s(v, f"{prefix}.{k}") for k, v in (kwargs or {}).items()}
+            key = call.fwd_key
+            rec["input_args"] = [s(a, value_name(key, "input", i)) for i, a in enumerate(args)]
+            rec["input_kwargs"] = {k: s(v, value_name(key, "input", k)) for k, v in (kwargs or {}).items()}
         call.record = rec
 
     def forward_outputs(self, call: Call, output: Any, params: Optional[Dict[str, Any]] = None) -> None:
@@ -133,11 +148,9 @@ class Collector:
         s = self.summ.summarize
         if self.want[FORWARD, "output"]:
             outs = output if isinstance(output, (list, tuple)) else [output]
-            prefix = f"{call.fwd_key}.output"
-            rec["output"] = [s(o, f"{prefix}.{i}") for i, o in enumerate(outs)]
+            rec["output"] = [s(o, value_name(call.fwd_key, "output", i)) for i, o in enumerate(outs)]
         if params and self.want[FORWARD, "input"]:
-            prefix = f"{call.fwd_key}.parameters"
-            rec["parameters"] = {n: s(p, f"{prefix}.{n}") for n, p in params.items()}
+            rec["parameters"] = {n: s(p, value_name(call.fwd_key, "parameters", n)) for n, p in params.items()}
         if self.want[FORWARD, "input"] or self.want[FORWARD, "output"]:
             self._emit(call.dump, call.fwd_key, rec)
             self._construct(call.dump, call.fwd_key, call.parent.fwd_key if call.parent else None)
@@ -159,9 +172,9 @@ class Collector:
         s = self.summ.summarize
         rec: Dict[str, Any] = {}
         if self.want[BACKWARD, "input"]:
-            rec["input"] = [s(g, f"{call.bwd_key}.input.{i}") for i, g in enumerate(grads_of_outputs)]
+            rec["input"] = [s(g, value_name(call.bwd_key, "input", i)) for i, g in enumerate(grads_of_outputs)]
         if self.want[BACKWARD, "output"]:
-            rec["output"] = [s(g, f"{call.bwd_key}.output.{i}") for i, g in enumerate(grads_of_inputs)]
+            rec["output"] = [s(g, value_name(call.bwd_key, "output", i)) for i, g in enumerate(grads_of_inputs)]
         self._emit(dump, call.bwd_key, rec)
         self._construct(dump, call.bwd_key, call.parent.bwd_key if call.parent else None)
 

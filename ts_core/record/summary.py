@@ -8,6 +8,8 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable, List, Optional, Protocol, Tuple
 
+from ..dumpfmt import STAT_FIELDS, value_name
+
 
 class TensorAdapter(Protocol):
     """What the core needs from a framework backend to summarise its tensors."""
@@ -41,7 +43,6 @@ class TensorAdapter(Protocol):
         """Framework-specific non-tensor values (dtype, device, Size); None if not one."""
 
 
-STAT_FIELDS = ("Max", "Min", "Mean", "Norm")
 _PLAIN = (bool, int, float, str)
 
 
@@ -52,9 +53,9 @@ class Summarizer:
                  save_tensor: Optional[Callable[[str, Any], str]] = None):
         self.adapter = adapter
         self.md5 = md5
-        self.save_tensor = save_tensor       # tensor mode: (file name, snapshot) -> name actually used
+        self.save_tensor = save_tensor       # tensor mode: (value name, snapshot) -> file name
         self.pending: List[Tuple[dict, Any, str]] = []
-        self.link_tensor: Optional[Callable[[str, str], str]] = None   # (existing, new) -> new name
+        self.link_tensor: Optional[Callable[[str, str], str]] = None   # (existing file, value name) -> file
         self._seen: dict = {}          # content key -> (weakref, crc, file), one flush window
 
     def summarize(self, value: Any, name: str) -> Any:
@@ -70,9 +71,9 @@ class Summarizer:
         if other is not None:
             return other
         if isinstance(value, (list, tuple)):
-            return [self.summarize(v, f"{name}.{i}") for i, v in enumerate(value)]
+            return [self.summarize(v, value_name(name, i)) for i, v in enumerate(value)]
         if isinstance(value, dict):
-            return {str(k): self.summarize(v, f"{name}.{k}") for k, v in value.items()}
+            return {str(k): self.summarize(v, value_name(name, k)) for k, v in value.items()}
         if isinstance(value, slice):
             return {"type": "slice", "value": [_plain(value.start), _plain(value.stop), _plain(value.step)]}
         if value is Ellipsis:
@@ -105,9 +106,9 @@ class Summarizer:
         file_name = None
         if self.save_tensor is not None:
             if seen is not None and seen[2] and self.link_tensor is not None:
-                file_name = self.link_tensor(seen[2], f"{name}.npy")
+                file_name = self.link_tensor(seen[2], name)
             else:
-                file_name = self.save_tensor(f"{name}.npy", ad.snapshot(t))
+                file_name = self.save_tensor(name, ad.snapshot(t))
             out["data_name"] = file_name
         if key is not None and seen is None:
             self._seen[key] = (weakref.ref(t), out.get("md5"), file_name)

@@ -10,26 +10,10 @@ import os
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..dumpfmt import TENSOR_DIR, tensor_file_name, write_rank_files
 from ..errors import DumpWriteError
-from .atomic import json_by_line, write_text_atomic
 from .journal import JOURNAL_NAME, Journal, read_journal
 from .tensor_files import TensorFileWriter
-
-TENSOR_DIR = "dump_tensor_data"
-_MAX_NAME = 240
-
-
-def safe_file_name(name: str) -> str:
-    """A record key is user-controlled (custom API names, ``save(name)``): no separators, no
-    leading dots, bounded length, so a file can never land outside ``dump_tensor_data``."""
-    for sep in (os.sep, os.altsep or os.sep, "\0"):
-        name = name.replace(sep, "_")
-    name = name.lstrip(".") or "_"
-    if len(name) > _MAX_NAME:
-        import zlib
-
-        name = f"{name[:_MAX_NAME - 20]}.{zlib.crc32(name.encode()):08x}.npy"
-    return name
 
 
 def _survive_file_size_limit() -> None:
@@ -96,17 +80,18 @@ class DumpDir:
         if self._journal is not None:
             self._journal.append({"t": "stack", "k": key, "v": stack_id})
 
-    def save_tensor(self, file_name: str, snapshot: Any) -> str:
-        """Queue a tensor file; returns its (sanitised) name, which stays inside this folder."""
-        file_name = safe_file_name(file_name)
+    def save_tensor(self, value_name: str, snapshot: Any) -> str:
+        """Queue the tensor file of one value (``KEY.input.0``); returns its file name, which
+        stays inside this folder."""
+        file_name = tensor_file_name(value_name)
         if self._tensors is not None and not self.incomplete:
             self._tensors.submit(os.path.join(self.tensor_dir, file_name), snapshot)
         return file_name
 
-    def link_tensor(self, existing: str, file_name: str) -> str:
+    def link_tensor(self, existing: str, value_name: str) -> str:
         """A second name for a tensor file already queued (same data): a hard link, written in
         queue order after the original, so no bytes are copied or stored twice."""
-        file_name = safe_file_name(file_name)
+        file_name = tensor_file_name(value_name)
         if self._tensors is not None and not self.incomplete:
             self._tensors.submit_link(os.path.join(self.tensor_dir, existing),
                                       os.path.join(self.tensor_dir, file_name))
@@ -132,37 +117,32 @@ class DumpDir:
             head = self._header_json()
             if self.incomplete:
                 head["incomplete"] = True
-            write_text_atomic(os.path.join(self.path, "dump.json"), json_by_line(head, "data", self.data))
-            write_text_atomic(os.path.join(self.path, "stack.json"), json_by_line(self._stack_json()))
-            write_text_atomic(os.path.join(self.path, "construct.json"), json_by_line(self.construct))
+            write_rank_files(self.path, head, self.data, list(self.stacks.values()), self.construct)
             self._dirty = False
         except OSError as exc:
             self._failed(exc)
 
     def close(self) -> None:
-        self.finalize()
-        if self._tensors is not None:
-            self._tensors.close()
-        if self._journal is not None:
-            try:
-                self._journal.close()
-                if not self.incomplete:
-                    os.unlink(self._journal.path)
-            except OSError as exc:
-                self._failed(exc)
-            self._journal = None
-
-    @property
-    def bytes_written(self) -> int:
-        return self._tensors.bytes_written if self._tensors is not None else 0
+        try:
+            self.finalize()
+        finally:
+            if self._tensors is not None:
+                self._tensors.close()
+                self._tensors = None
+            if self._journal is not None:
+                try:
+                    self._journal.close()
+                    if not self.incomplete:
+                        os.unlink(self._journal.path)
+                except OSError as exc:
+                    self._failed(exc)
+                finally:
+                    self._journal = None
 
     def _header_json(self) -> Dict[str, Any]:
         head = dict(self.header)
         head["dump_data_dir"] = self.tensor_dir
         return head
-
-    def _stack_json(self) -> Dict[str, Any]:
-        return {str(i): [keys, frames] for i, (keys, frames) in enumerate(self.stacks.values())}
 
     def _failed(self, exc: BaseException) -> None:
         self.incomplete = True
@@ -201,8 +181,6 @@ def recover(path: str) -> int:
             stack_keys.setdefault(value, []).append(key)
     head = dict(header)
     head["incomplete"] = True
-    write_text_atomic(os.path.join(path, "dump.json"), json_by_line(head, "data", data))
-    stacks = {str(i): [stack_keys.get(sid, []), frames] for i, (sid, frames) in enumerate(stackdefs.items())}
-    write_text_atomic(os.path.join(path, "stack.json"), json_by_line(stacks))
-    write_text_atomic(os.path.join(path, "construct.json"), json_by_line(construct))
+    write_rank_files(path, head, data, [(stack_keys.get(sid, []), frames) for sid, frames in stackdefs.items()],
+                     construct)
     return len(data)

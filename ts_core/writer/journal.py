@@ -10,7 +10,7 @@ import json
 import os
 from typing import Iterator, List
 
-JOURNAL_NAME = "journal.jsonl"
+from ..dumpfmt.layout import JOURNAL as JOURNAL_NAME
 
 
 class Journal:

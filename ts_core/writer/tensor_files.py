@@ -1,13 +1,19 @@
 """Background writer of tensor files with a bounded queue (training never waits on disk
-unless the queue is full, which bounds memory)."""
+unless the queue is full, which bounds memory).
+
+A failed write never kills the writer thread: the error is handed to ``on_error`` on the
+*training* thread, at the next ``submit``/``drain``/``close`` (so ``on_write_error: raise``
+raises where the user can catch it, and nothing waits on a dead thread)."""
 from __future__ import annotations
 
 import os
 import queue
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
 import numpy as np
+
+from ..dumpfmt.jsonio import write_atomic
 
 _STOP = object()
 
@@ -26,9 +32,10 @@ class TensorFileWriter:
         self._on_error = on_error
         self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=max_queue)
         self._thread: Optional[threading.Thread] = None
-        self.bytes_written = 0
+        self._errors: List[BaseException] = []       # raised on the writer thread, reported here
 
     def submit(self, path: str, snapshot: Any) -> None:
+        self._report_errors()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="tsprobe-tensor-writer", daemon=True)
             self._thread.start()
@@ -46,7 +53,7 @@ class TensorFileWriter:
                 path, snapshot = item
                 self._write(path, snapshot)
             except BaseException as exc:  # keep draining: one bad write must not block training
-                self._on_error(exc)
+                self._errors.append(exc)
             finally:
                 self._queue.task_done()
 
@@ -60,19 +67,21 @@ class TensorFileWriter:
                 shutil.copyfile(snapshot.existing, path)
             return
         array = np.asarray(self._to_numpy(snapshot))
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            np.save(f, array, allow_pickle=False)
-        os.replace(tmp, path)
-        self.bytes_written += array.nbytes
+        write_atomic(path, lambda f: np.save(f, array, allow_pickle=False), "wb", fsync=False)
+
+    def _report_errors(self) -> None:
+        while self._errors:
+            self._on_error(self._errors.pop(0))
 
     def drain(self) -> None:
-        """Wait until every submitted file is on disk."""
+        """Wait until every submitted file is on disk (or failed), then report failures."""
         if self._thread is not None:
             self._queue.join()
+        self._report_errors()
 
     def close(self) -> None:
         if self._thread is not None:
             self._queue.put(_STOP)
             self._thread.join()
             self._thread = None
+        self._report_errors()

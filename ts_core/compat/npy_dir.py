@@ -12,8 +12,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .errors import DumpFormatError
-from .metrics import compare_arrays
+from ..dumpfmt import DumpFormatError
+from ..compare.metrics import compare_arrays
 
 
 @dataclass

@@ -1,0 +1,54 @@
+"""The terminal summary of a comparison: verdict, first divergence, earliest failing rows.
+
+Takes any object shaped like ``result.CompareResult`` (this module does not import result.py,
+which uses it: no import cycle).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .verdict import ERROR, PASS, WARNING
+
+
+def _fmt(v: Any, spec: str = ".4g") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return format(v, spec)
+    return str(v)
+
+
+def _short(s: str, n: int) -> str:
+    return s if len(s) <= n else "..." + s[-(n - 3):]
+
+
+def terminal_text(result: Any, max_rows: int = 12) -> str:
+    """The verdict, the first divergence, then the earliest failing rows as a short table."""
+    c = result.counts
+    lines = [f"tsprobe compare: {result.verdict.upper()}  "
+             f"({c.get('matched', 0)} calls matched, {c.get('unmatched_golden', 0)} only in golden, "
+             f"{c.get('unmatched_target', 0)} only in target; rows: {c.get(PASS, 0)} pass, "
+             f"{c.get(WARNING, 0)} warning, {c.get(ERROR, 0)} error)"]
+    fd = result.first_divergence
+    if fd:
+        where = ", ".join(x for x in (f"step {fd.step}" if fd.step is not None else "", fd.rank) if x)
+        lines.append(fd.describe() + (f"\n  ({where})" if where else ""))
+    else:
+        lines.append(result.summary().get("first_divergence_note") or "no call introduced an error")
+    bad = [r for r in result.rows if r.verdict != PASS][:max_rows]
+    if bad:
+        header = f"{'verdict':<8} {'dir':<8} {'tensor':<58} {'cosine':>9} {'max_abs':>10} {'rel_err':>10}"
+        lines += ["", header, "-" * len(header)]
+        for r in bad:
+            lines.append(f"{r.verdict:<8} {r.direction:<8} {_short(r.name, 58):<58} {_fmt(r.cosine, '.6f'):>9} "
+                         f"{_fmt(r.max_abs_err):>10} {_fmt(r.error_measure):>10}")
+        more = sum(1 for r in result.rows if r.verdict != PASS) - len(bad)
+        if more > 0:
+            lines.append(f"... {more} more non-passing rows")
+    for p in result.pairs:
+        lines.extend(f"warning: {w}" for w in p.warnings)
+    if result.unpaired_golden or result.unpaired_target:
+        lines.append(f"unpaired dumps: golden {result.unpaired_golden}, target {result.unpaired_target}")
+    if result.report_path:
+        lines.append(f"report: {result.report_path}")
+    return "\n".join(lines)
