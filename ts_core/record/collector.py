@@ -7,7 +7,6 @@ happens in one batch every ``FLUSH_RECORDS`` tensors or ``FLUSH_SECONDS``.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 import warnings

@@ -10,9 +10,9 @@ import os
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..dumpfmt import TENSOR_DIR, tensor_file_name, write_rank_files
+from ..dumpfmt import JOURNAL, TENSOR_DIR, tensor_file_name, write_rank_files
 from ..errors import DumpWriteError
-from .journal import JOURNAL_NAME, Journal, read_journal
+from .journal import Journal, read_journal
 from .tensor_files import TensorFileWriter
 
 
@@ -47,7 +47,7 @@ class DumpDir:
         _survive_file_size_limit()
         try:
             os.makedirs(path, exist_ok=True)
-            self._journal = Journal(os.path.join(path, JOURNAL_NAME))
+            self._journal = Journal(os.path.join(path, JOURNAL))
             if tensor_to_numpy is not None:
                 self.tensor_dir = os.path.join(path, TENSOR_DIR)
                 os.makedirs(self.tensor_dir, exist_ok=True)
@@ -159,9 +159,9 @@ class DumpDir:
 def recover(path: str) -> int:
     """Rebuild dump.json/stack.json/construct.json of one rank folder from its journal
     (after a crash). Returns the number of records recovered."""
-    journal = os.path.join(path, JOURNAL_NAME)
+    journal = os.path.join(path, JOURNAL)
     if not os.path.isfile(journal):
-        raise FileNotFoundError(f"no {JOURNAL_NAME} in {path}: nothing to recover")
+        raise FileNotFoundError(f"no {JOURNAL} in {path}: nothing to recover")
     header: Dict[str, Any] = {}
     data: Dict[str, Any] = {}
     construct: Dict[str, Any] = {}

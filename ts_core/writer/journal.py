@@ -10,8 +10,6 @@ import json
 import os
 from typing import Iterator, List
 
-from ..dumpfmt.layout import JOURNAL as JOURNAL_NAME
-
 
 class Journal:
     def __init__(self, path: str):
@@ -41,7 +39,6 @@ class Journal:
             finally:
                 os.close(self._fd)
                 self._fd = -1
-
 
 def read_journal(path: str) -> Iterator[dict]:
     """Every complete entry; a torn or corrupt line (the crash point) is skipped."""
