@@ -20,6 +20,10 @@ class Journal:
     def append(self, entry: dict) -> None:
         self._buf.append(json.dumps(entry, separators=(",", ":")))
 
+    def append_record(self, key: str, record_json: str) -> None:
+        """A data entry whose record is JSON text already (encoded once for journal and dump.json)."""
+        self._buf.append(f'{{"t":"data","k":{json.dumps(key)},"v":{record_json}}}')
+
     def flush(self) -> None:
         """One write() per flush: the OS has the bytes even if the process is killed next."""
         n = len(self._buf)             # lines appended meanwhile stay for the next flush
