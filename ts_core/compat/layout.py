@@ -14,6 +14,7 @@ TroubleShooter names: ``{NN|Tensor|Functional|Primitive}_{NAME}_{cnt}_{forward|b
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from typing import Any, Dict, List, Optional, Tuple
