@@ -32,6 +32,8 @@ def is_inplace(name: str, kwargs: dict) -> bool:
 
 
 class Backend(abc.ABC):
+    """One debugger's hooks into one framework; a subclass per framework (see the module doc)."""
+
     adapter_class: ClassVar[type]               # the collector's TensorAdapter (its .framework names us)
     skip_dirs: ClassVar[Tuple[str, ...]]        # framework folders left out of stack.json
     api_patcher_class: ClassVar[Type[ApiPatcher]]     # which APIs exist and how they are wrapped
@@ -51,7 +53,7 @@ class Backend(abc.ABC):
 
     @property
     def framework(self) -> str:
-        """"pytorch" / "mindspore", as dump.json names it."""
+        """The framework as dump.json names it: ``pytorch`` / ``mindspore``."""
         return self.adapter_class.framework
 
     # -- what the level asks for ------------------------------------------------------------
@@ -64,7 +66,7 @@ class Backend(abc.ABC):
         return self.cfg.level in MODULE_LEVELS
 
     def needs_model(self, model: Any) -> bool:
-        """True when the level records modules but no model was ever handed over."""
+        """True when the level records modules but none is hooked and `model` is None."""
         return self.hooks_modules and model is None and not self.hooks.hooked
 
     def is_hooked(self, model: Any = None) -> bool:
