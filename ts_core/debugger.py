@@ -145,14 +145,16 @@ class PrecisionDebugger:
         """Finish the current step's files, remove every hook and restore every patch."""
         if self._closed:
             return
-        self.stop()
-        self._close_step()
-        if self._backend is not None:
-            self._backend.close()
-            self._collector.shutdown()
-        self._closed = True
-        if PrecisionDebugger._current is self:
-            PrecisionDebugger._current = None
+        try:
+            self.stop()
+            self._close_step()
+        finally:        # a write error raised above (on_write_error: raise) still restores everything
+            self._closed = True
+            if PrecisionDebugger._current is self:
+                PrecisionDebugger._current = None
+            if self._backend is not None:
+                self._backend.close()
+                self._collector.shutdown()
 
     def __enter__(self) -> "PrecisionDebugger":
         return self

@@ -6,8 +6,9 @@ module that was compiled using NumPy 1.x cannot be run in NumPy 2.x" with a stac
 MindSpore logs ``Numpy init failed.``, and that op raises ``SystemError`` (later ops work). The
 only lasting effect is that MindSpore ops then refuse NumPy *scalar* arguments
 (``t * np.float32(2)`` raises TypeError); Python numbers, Tensors and arrays are unaffected, and
-neither tsprobe nor these recipes pass NumPy scalars (see docs/mindspore.md). So the recipes run
-that init here with stderr captured and pass on whatever else it printed.
+neither tsprobe nor its recipes pass NumPy scalars (see docs/mindspore.md). So tsprobe runs that
+init once (``_runtime.warm_up``, before its first MindSpore op) with stderr captured and passes on
+whatever else it printed: the user never sees a traceback pointing into tsprobe.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def without_numpy_init_noise(text: str) -> str:
     return "".join(ln + "\n" for ln in kept)
 
 
-def init_mindspore_numpy() -> None:
+def init_numpy_quietly() -> None:
     """Trigger MindSpore's numpy init with one op, stderr (Python's and the C++ logger's, fd 2)
     captured; re-emit what is not that known message, absorb only the SystemError it leaves."""
     import numpy as np
