@@ -79,11 +79,13 @@ def train_mindspore(dump_path: str, port_bug=None) -> None:
 
 def cross_framework(out: str) -> None:
     import mindspore as ms
+    from ts_core.backends.mindspore.numpy_init import init_numpy_quietly
 
     from ts_core.compare import compare
 
     ms.set_device("CPU")
     ms.set_context(mode=ms.PYNATIVE_MODE)
+    init_numpy_quietly()           # MindSpore's NumPy-1.x message under NumPy 2 (harmless here)
     torch_dump = os.path.join(out, "torch")
     faithful = os.path.join(out, "mindspore_faithful")
     buggy = os.path.join(out, "mindspore_wrong_eps")

@@ -21,6 +21,7 @@ import mindspore as ms
 import mindspore.dataset as ds
 from mindspore import nn
 from mindspore.train import Model
+from ts_core.backends.mindspore.numpy_init import init_numpy_quietly                           # recipes/: quiet NumPy-2 notice
 
 from ts_core import PrecisionDebugger, seed_all                           # (1)
 from ts_integrations.mindspore import MsprobeInitStep, MsprobeStep
@@ -66,6 +67,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     ms.set_device("CPU")
     ms.set_context(mode=ms.PYNATIVE_MODE)
+    init_numpy_quietly()           # MindSpore's NumPy-1.x message under NumPy 2 (harmless here)
     seed_all(0, rm_dropout=True)
 
     net = TinyCNN()

@@ -126,11 +126,27 @@ def _unknown(name: str, known: Iterable[str]) -> ConfigError:
     return ConfigError(name, "(unknown key)", f"{hint}known keys: {', '.join(sorted(known))}")
 
 
+def _read_text(path: str) -> str:
+    """The config file's text; every way it cannot be read is a ConfigError naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        problem = "the file does not exist"
+    except IsADirectoryError:
+        problem = "this is a folder; give the path of the JSON or YAML file"
+    except PermissionError:
+        problem = "the file cannot be read: permission denied"
+    except UnicodeDecodeError as exc:
+        problem = (f"the file is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                   "save the JSON or YAML config as UTF-8")
+    except OSError as exc:
+        problem = f"the file cannot be read ({exc.strerror or exc})"
+    raise ConfigError("config_path", path, problem)
+
+
 def _read_file(path: str) -> dict:
-    if not os.path.isfile(path):
-        raise ConfigError("config_path", path, "the file does not exist")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    text = _read_text(path)
     try:
         if path.endswith((".yaml", ".yml")):
             import yaml

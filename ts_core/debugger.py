@@ -17,6 +17,7 @@ import warnings
 from typing import Any, Optional, Sequence
 
 from .backends import framework_of, load_backend
+from .backends.base import Backend
 from .config import DebuggerConfig, build_config
 from .dumpfmt import debug_key
 from .errors import ConfigError
@@ -43,7 +44,7 @@ class PrecisionDebugger:
         self.current_step = 0
         self._switch = _Switch()
         self._collector: Optional[Collector] = None
-        self._backend: Any = None
+        self._backend: Optional[Backend] = None
         self._in_window = False          # between start() and stop()
         self._closed = False
         self._token_range: Optional[tuple] = None
@@ -74,7 +75,7 @@ class PrecisionDebugger:
             col.open_step(self.current_step, rank)
             self._backend.new_step()
             self._iteration = 0             # token_range: each step counts from its own prefill
-        if self.config.level in ("L0", "mix") and model is None and not self._backend.modules.hooked:
+        if self._backend.needs_model(model):
             self._warn_once("model", f"level {self.config.level} records modules only when the model is "
                             "passed: call debugger.start(model).")
         self._backend.install(model)
@@ -124,33 +125,54 @@ class PrecisionDebugger:
         ``.grad`` (replacing what backward captured), e.g. after AMP unscaling or a data-parallel
         all-reduce. Written at the next stop()/step(); only while a step folder is open."""
         if self._collector is not None and self._collector.dump is not None:
-            capture = getattr(self._backend, "capture_param_grads", None)
-            if capture is not None:
-                capture()
+            self._backend.capture_param_grads()
 
     def set_init_step(self, step: int) -> None:
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        """msprobe's name: the step number a resumed run starts at."""
+        if not _is_step_number(step):
             raise ConfigError("init_step", step, "use a non-negative int")
+        self.current_step = step
+
+    def set_step(self, step: int) -> None:
+        """Number the step being collected: the next ``start()`` records into ``step{step}``.
+        For integrations whose trainer owns the step count (a Trainer's ``global_step``)."""
+        if not _is_step_number(step):
+            raise ValueError(f"set_step(step): got {step!r}; use a non-negative int "
+                             "(the 0-based step number)")
         self.current_step = step
 
     def close(self) -> None:
         """Finish the current step's files, remove every hook and restore every patch."""
         if self._closed:
             return
-        self.stop()
-        self._close_step()
-        if self._backend is not None:
-            self._backend.close()
-            self._collector.shutdown()
-        self._closed = True
-        if PrecisionDebugger._current is self:
-            PrecisionDebugger._current = None
+        try:
+            self.stop()
+            self._close_step()
+        finally:        # a write error raised above (on_write_error: raise) still restores everything
+            self._closed = True
+            if PrecisionDebugger._current is self:
+                PrecisionDebugger._current = None
+            if self._backend is not None:
+                self._backend.close()
+                self._collector.shutdown()
 
     def __enter__(self) -> "PrecisionDebugger":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    # -- what integrations may ask ------------------------------------------------------------
+    @classmethod
+    def current(cls) -> Optional["PrecisionDebugger"]:
+        """The debugger of this process that is not closed (the latest one created), or None."""
+        dbg = cls._current
+        return dbg if dbg is not None and not dbg._closed else None
+
+    def is_hooked(self, model: Any = None) -> bool:
+        """Whether `model` (with None: any model) carries this debugger's module hooks (level L0
+        or mix, after ``start(model)``/``prepare(model)``). Always False once closed."""
+        return self._backend is not None and not self._closed and self._backend.is_hooked(model)
 
     # -- per-forward control for integrations (token ranges of batched inference engines) -----
     @property
@@ -275,6 +297,10 @@ class PrecisionDebugger:
         if tag not in self._warned:
             self._warned.add(tag)
             warnings.warn(f"tsprobe: {message}", stacklevel=3)
+
+
+def _is_step_number(step: Any) -> bool:
+    return isinstance(step, int) and not isinstance(step, bool) and step >= 0
 
 
 def _first_leaf(value: Any) -> Any:

@@ -7,7 +7,6 @@ ts_core. Nothing here imports a training framework; torch is imported lazily.
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable, List, Optional
 
 from ts_core import PrecisionDebugger
@@ -62,19 +61,18 @@ class StepDriver:
     ``begin(step, model)`` -- a micro-batch (or an eval batch) that belongs to optimizer step
     `step` starts: collect, into that step's folder. No-op outside the configured steps.
     ``pause()`` -- the micro-batch's backward is done: stop collecting, keep the step open.
-    ``capture_param_grads(model)`` -- take ``parameters_grad`` from ``.grad`` now.
+    ``capture_param_grads()`` -- take ``parameters_grad`` from ``.grad`` now.
     ``end_step()`` -- the optimizer step is done: close the step's folder.
     """
 
     def __init__(self, handle: DebuggerHandle, dump_eval: Optional[bool] = None):
         self.handle = handle
-        # the integration's keyword wins; else a config field `dump_eval` once ts_core has one
-        self.dump_eval = bool(getattr(handle.config, "dump_eval", False) if dump_eval is None else dump_eval)
+        # the integration's keyword wins over the config's `dump_eval`
+        self.dump_eval = bool(handle.config.dump_eval if dump_eval is None else dump_eval)
         self.open_step: Optional[int] = None      # step whose folder we opened and not yet closed
         self.in_window = False
         self.keep_patches = False                 # prepare() was called: patches stay until finish()
         self.dumped_steps: List[int] = []
-        self._warned: set = set()
 
     @property
     def debugger(self) -> PrecisionDebugger:
@@ -98,7 +96,7 @@ class StepDriver:
         if self.in_window:
             return True
         if dbg.current_step != step:
-            dbg.current_step = step
+            dbg.set_step(step)
         dbg.start(model)
         self.open_step = step
         self.in_window = True
@@ -109,7 +107,7 @@ class StepDriver:
             self.in_window = False
             self.handle.get().stop()
 
-    def capture_param_grads(self, model: Any) -> None:
+    def capture_param_grads(self) -> None:
         if self.open_step is not None:
             self.handle.get().record_param_grads()
 
@@ -119,7 +117,7 @@ class StepDriver:
         self.pause()
         step, self.open_step = self.open_step, None
         dbg = self.handle.get()
-        dbg.current_step = step
+        dbg.set_step(step)
         dbg.step()
         if step not in self.dumped_steps:
             self.dumped_steps.append(step)
@@ -133,11 +131,6 @@ class StepDriver:
             self.open_step = None
             self.keep_patches = False
             self.handle.close()
-
-    def _warn_once(self, tag: str, message: str) -> None:
-        if tag not in self._warned:
-            self._warned.add(tag)
-            warnings.warn(f"tsprobe: {message}", RuntimeWarning, stacklevel=3)
 
 
 def unwrap(model: Any) -> Any:

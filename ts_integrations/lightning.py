@@ -63,7 +63,7 @@ class PrecisionDumpCallback(*_callback_bases()):
     `config_path` and keyword overrides (``dump_path=``, ``step=``, ``level=``, any
     ``PrecisionDebugger`` option) build a debugger that the callback owns and closes when the
     run ends; or pass your own ``debugger=``. ``dump_eval=True`` also records evaluation
-    (default: off, or the config's ``dump_eval`` where ts_core's config has that key).
+    (default: the config's ``dump_eval``, which is off unless set).
     """
 
     def __init__(self, config_path: Optional[str] = None, debugger: Optional[PrecisionDebugger] = None, *,
@@ -97,7 +97,7 @@ class PrecisionDumpCallback(*_callback_bases()):
         self._driver.pause()
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        self._driver.capture_param_grads(pl_module)
+        self._driver.capture_param_grads()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         drv = self._driver

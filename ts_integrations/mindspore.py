@@ -21,7 +21,7 @@ model is used only when given (msprobe: Primitive calls are captured only then).
 
 ``MsprobeInitStep()``: a resumed run dumps under its true step numbers. At the first
 ``on_train_epoch_begin`` of each ``Model.train`` it sets the active debugger's step counter
-(``PrecisionDebugger._current.set_init_step``) to the global index of the step about to run:
+(``PrecisionDebugger.current().set_init_step``) to the global index of the step about to run:
 ``(cur_epoch_num - 1) * batch_num + cur_step_num`` for ``initial_epoch=k`` (MindSpore restarts
 ``cur_step_num`` at 0 in every ``Model.train``), or the restored ``cur_step_num`` itself when it
 is already cumulative (``>= batch_num``). Place it anywhere in the callback list: epoch-begin
@@ -73,11 +73,6 @@ def backbone_of(network: Any) -> Any:
     return network
 
 
-def _has_hooked_model(debugger: PrecisionDebugger) -> bool:
-    modules = getattr(getattr(debugger, "_backend", None), "modules", None)
-    return bool(getattr(modules, "hooked", None))
-
-
 def _choose_mindspore(debugger: PrecisionDebugger, network: Any) -> None:
     """``start()`` without a model picks the framework from the config or from the one
     framework imported; with torch imported too it cannot. This callback knows it is
@@ -108,7 +103,7 @@ class MsprobeStep(ms.train.Callback):
         if self.model is not None:
             return self.model
         dbg = self.debugger
-        if dbg.config.level not in ("L0", "mix") or _has_hooked_model(dbg):
+        if dbg.config.level not in ("L0", "mix") or dbg.is_hooked():
             return None
         network = run_context.original_args().get("network")
         return backbone_of(network) if isinstance(network, nn.Cell) else None
@@ -171,7 +166,7 @@ class MsprobeInitStep(ms.train.Callback):
             init = (epoch - 1) * batch_num + done_steps
         else:
             init = done_steps
-        debugger = PrecisionDebugger._current
+        debugger = PrecisionDebugger.current()
         if debugger is None:
             warnings.warn("tsprobe: MsprobeInitStep found no active PrecisionDebugger; create it before "
                           "Model.train", RuntimeWarning, stacklevel=3)

@@ -29,7 +29,9 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-from .hf_generate import IterationInfo, Segment, TokenWindow, check_token_range, split_by_request
+from ts_core.dumpfmt import split_by_request
+
+from .token_window import IterationInfo, Segment, TokenWindow, check_token_range
 
 __all__ = ["TokenRangeDump", "get_model", "get_model_runner", "split_by_request"]
 

@@ -33,7 +33,9 @@ def torch_net(w):
     return net
 
 
-def ms_net(w):
+def ms_net(w, extra_reshape=False):
+    """The torch net ported; `extra_reshape` adds a call torch does not make (a no-op reshape
+    after fc), as a port may."""
     import mindspore as ms
 
     class Net(ms.nn.Cell):
@@ -45,7 +47,10 @@ def ms_net(w):
             self.fc2 = ms.nn.Dense(4, 2)
 
         def construct(self, x):
-            return ms.ops.relu(self.fc2(self.drop(self.relu(self.fc(x))))) * 2
+            h = self.fc(x)
+            if extra_reshape:
+                h = ms.ops.reshape(h, h.shape)
+            return ms.ops.relu(self.fc2(self.drop(self.relu(h)))) * 2
 
     net = Net()
     for n, p in net.parameters_and_names():
@@ -72,12 +77,12 @@ def run_torch(out, w, steps=1, **start):
     return net
 
 
-def run_ms(out, w, steps=1, **start):
+def run_ms(out, w, steps=1, extra_reshape=False, **start):
     import mindspore as ms
     from ts_core.compat import migrator
     from ts_core.backends.mindspore._runtime import warm_up
     warm_up()
-    net = ms_net(w)
+    net = ms_net(w, extra_reshape)
     migrator.api_dump_init(net, str(out), retain_backward=True)
     for _ in range(steps):
         migrator.api_dump_start(**start)

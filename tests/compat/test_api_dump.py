@@ -181,6 +181,33 @@ def test_torch_vs_mindspore_all_true_then_perturbed(tmp_path):
     assert fwd["NN_Dense_0_forward_output.0"] is False
 
 
+@in_child_process
+def test_torch_vs_mindspore_extra_call_and_renamed_layers(tmp_path):
+    """The port makes one call torch does not (a reshape after fc) and its layers are Dense where
+    torch's are Linear: paired through torch_mapping.yaml and the compare's aligner, the extra
+    call stays alone and everything after it still pairs (and agrees), in either direction."""
+    _needs_mindspore()
+    from ts_core.compat import migrator
+    w = weights()
+    run_ms(tmp_path / "ms", w, extra_reshape=True)
+    run_torch(tmp_path / "pt", w)
+    expected = [("NN_Dense_0", "NN_Linear_0"), ("Functional_reshape_0", None), ("NN_ReLU_0", "NN_ReLU_0"),
+                ("NN_Dropout_0", "NN_Dropout_0"), ("NN_Dense_1", "NN_Linear_1"),
+                ("Functional_relu_0", "Functional_relu_0"), ("Tensor___mul___0", "Tensor___mul___0"),
+                ("Tensor_sum_0", "Tensor_sum_0")]
+    r = migrator.api_dump_compare(str(tmp_path / "ms"), str(tmp_path / "pt"))
+    assert r["mapping"] == expected
+    rows = {row[0]: row for row in r["forward"] + r["backward"]}
+    assert rows["Functional_reshape_0_forward_output.0"][1] is None
+    paired = [row for row in r["forward"] + r["backward"] if row[1] is not None]
+    assert len(paired) == 28 and all(row[4] is True for row in paired)
+    assert rows["NN_Dense_1_forward_output.0"][1] == "NN_Linear_1_forward_output.0"
+    assert rows["NN_Dense_0_backward_output.0"][1] == "NN_Linear_0_backward_output.0"
+    r = migrator.api_dump_compare(str(tmp_path / "pt"), str(tmp_path / "ms"), ignore_unmatched=True)
+    assert r["mapping"] == [(b, a) for a, b in expected if b is not None]
+    assert all(row[4] is True for row in r["forward"] + r["backward"])
+
+
 def test_python_dash_c(tmp_path):
     code = ("import torch; from ts_core.compat import migrator; "
             "net = torch.nn.Sequential(torch.nn.Linear(3, 2)); migrator.api_dump_init(net, %r); migrator.api_dump_start(); "

@@ -1,6 +1,9 @@
 """Config loading: msprobe schema from JSON/YAML/kwargs; every bad input is one ConfigError."""
 import json
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -93,6 +96,63 @@ def test_file_errors_name_the_file(tmp_path):
     top.write_text("[1, 2]")
     with pytest.raises(ConfigError, match="mapping at top level"):
         build_config(str(top))
+
+
+def _unreadable(path):
+    """ConfigError message of build_config(path) for a file (mode 000) its reader may not open.
+    Root reads any file, so as root the load runs in a forked child that has become 'nobody'
+    first (`path` must then be in a folder 'nobody' can enter)."""
+    path.write_text('{"task": "statistics"}')
+    path.chmod(0)
+    if os.geteuid() != 0:
+        with pytest.raises(ConfigError) as info:
+            build_config(str(path))
+        return str(info.value)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                  # child: never returns into pytest
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            build_config(str(path))
+            msg = "no error"
+        except BaseException as exc:              # noqa: B902 - reported to the parent
+            msg = f"{type(exc).__name__}: {exc}"
+        os.write(w, msg.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        msg = f.read().decode()
+    os.waitpid(pid, 0)
+    assert msg.startswith("ConfigError: "), msg
+    return msg
+
+
+@pytest.mark.parametrize("name, content", [
+    ("random.json", bytes(range(256)) * 4),
+    ("utf16.json", '{"task": "statistics"}'.encode("utf-16")),
+    ("latin1.yaml", "task: statistics  # caf\xe9\n".encode("latin-1")),
+], ids=["random-bytes", "utf-16", "latin-1"])
+def test_config_that_is_not_text_is_a_config_error(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match="not UTF-8 text") as info:
+        build_config(str(path))
+    assert str(path) in str(info.value) and "save the JSON or YAML config as UTF-8" in str(info.value)
+
+
+def test_folder_and_unreadable_config_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="this is a folder") as info:
+        build_config(str(tmp_path))
+    assert str(tmp_path) in str(info.value)
+    folder = tempfile.mkdtemp()        # pytest's own tmp folders are closed to other users
+    try:
+        os.chmod(folder, 0o755)
+        path = Path(folder) / "secret.json"
+        msg = _unreadable(path)
+    finally:
+        shutil.rmtree(folder)
+    assert "permission denied" in msg and str(path) in msg
 
 
 def test_unknown_keyword_override_is_rejected():

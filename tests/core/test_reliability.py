@@ -4,8 +4,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -141,9 +143,69 @@ def test_file_size_limit_warns_and_training_goes_on(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "training went on: True" in proc.stdout
     assert proc.stderr.count("marked incomplete") == 1
-    dump_json = os.path.join(dump, "step0", "rank", "dump.json")
-    if os.path.exists(dump_json):                 # small JSON may still fit under the limit
-        assert load_dump(os.path.dirname(dump_json)).get("incomplete") is True
+    # the tensor files hit the limit; dump.json (five small records) fits under it and says so
+    assert load_dump(os.path.join(dump, "step0", "rank")).get("incomplete") is True
+
+
+TENSOR_DIR_LOST = """
+import os, shutil, torch
+from ts_core import DumpWriteError, PrecisionDebugger
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
+x = torch.randn(32, 64)
+linear = torch.nn.functional.linear
+d = PrecisionDebugger(dump_path={dump!r}, task="tensor", level="L1", step=[0], on_write_error="raise")
+d.start(model)
+model(x)
+d.stop()                                  # the first forward's files are written
+tensor_dir = os.path.join({dump!r}, "step0", "rank", "dump_tensor_data")
+shutil.rmtree(tensor_dir)
+open(tensor_dir, "w").close()             # the folder becomes a file: every later write fails
+d.start(model)
+try:
+    for _ in range(3):
+        model(x)
+    d.stop()
+    print("no error", flush=True)
+except DumpWriteError as exc:
+    print("DumpWriteError on the training thread:", exc, flush=True)
+d.close()
+print("closed; linear restored:", torch.nn.functional.linear is linear, flush=True)
+"""
+
+
+def test_tensor_write_failure_reaches_the_training_thread_and_nothing_hangs(tmp_path):
+    """on_write_error: raise with task tensor: a write that fails on the writer thread is raised
+    at the next forward or at stop(), once; close() then returns and restores everything."""
+    dump = str(tmp_path / "d")
+    env = dict(os.environ, PYTHONPATH=ROOT, TSPROBE_QUIET="1")
+    proc = subprocess.run([sys.executable, "-c", TENSOR_DIR_LOST.format(dump=dump)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2, proc.stdout
+    assert lines[0].startswith("DumpWriteError on the training thread: tsprobe could not write the dump in "
+                               f"{os.path.join(dump, 'step0', 'rank')}") and "Not a directory" in lines[0]
+    assert lines[1] == "closed; linear restored: True"
+    final = load_dump(os.path.join(dump, "step0", "rank"))
+    assert final.get("incomplete") is True
+    assert {"Functional.linear.0.forward", "Functional.linear.1.forward"} <= set(final["data"])
+
+
+def test_tensor_writer_reports_its_first_failure_once_on_the_calling_thread(tmp_path):
+    """Writes queued behind a failed one fail too; one report, on the thread that calls in."""
+    from ts_core.writer.tensor_files import TensorFileWriter
+
+    reported = []
+    writer = TensorFileWriter(lambda t: t.numpy(), lambda exc: reported.append((exc, threading.get_ident())))
+    for i in range(5):
+        writer.submit(str(tmp_path / "missing" / f"t{i}.npy"), torch.ones(2))
+    writer.drain()
+    writer.submit(str(tmp_path / f"ok.npy"), torch.full((2,), 3.0))
+    writer.close()
+    assert [type(e) for e, _ in reported] == [FileNotFoundError]
+    assert reported[0][1] == threading.get_ident()
+    assert np.load(tmp_path / "ok.npy").tolist() == [3.0, 3.0]
 
 
 def test_record_keys_cannot_escape_the_dump_folder(tmp_path):

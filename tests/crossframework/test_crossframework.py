@@ -193,7 +193,15 @@ def test_cli_pairs_a_torch_dump_with_a_mindspore_dump(dumps, tmp_path, capsys):
 
 def test_mindspore_stays_out_of_the_test_process(dumps):
     """Later test folders call start() without a model: that needs one framework loaded only.
-    (Meaningful when no earlier test loaded MindSpore, as in `make test`'s order.)"""
-    loaded_before = "mindspore" in sys.modules
-    dumps("mlp")
-    assert loaded_before or "mindspore" not in sys.modules
+    The dumps are written by a child process; importing this module (and ports.py) and comparing
+    a torch dump with a MindSpore dump must not load MindSpore. Checked in a fresh interpreter,
+    so it holds whatever earlier tests loaded into this one."""
+    t_dir, m_dir = dumps("mlp")
+    code = ("import sys\n"
+            "import tests.crossframework.test_crossframework as t\n"
+            f"assert t._compare({t_dir!r}, {m_dir!r}).pairs[0].counts['matched'] == {RECORDS['mlp']}\n"
+            "print('mindspore loaded:', 'mindspore' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1] == "mindspore loaded: False"

@@ -243,3 +243,37 @@ def test_module_import_is_light():
             "print(sorted(x for x in ('transformers', 'torch') if x in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_callback_implements_every_trainer_event(dump_root):
+    """Trainer dispatches by name (getattr(callback, event)); the callback does not derive from
+    TrainerCallback, so it must have each event, and leave `control` alone (return None)."""
+    import inspect
+
+    import ts_integrations.transformers as module
+    from ts_integrations import hf_generate
+
+    events = sorted(n for n in dir(TrainerCallback) if n.startswith("on_"))
+    assert len(events) >= 16
+    cb = PrecisionDumpCallback(dump_path=dump_root, step=[5])
+    state = transformers.TrainerState()
+    for name in events:
+        assert callable(getattr(PrecisionDumpCallback, name, None)), name
+        assert getattr(cb, name)(None, state, transformers.TrainerControl(), model=None) is None, name
+    assert inspect.isclass(PrecisionDumpCallback) and PrecisionDumpCallback.__module__ == module.__name__
+    assert "__getattr__" not in vars(module)            # nothing built at run time
+    assert module.generate_with_dump is hf_generate.generate_with_dump
+    assert cb.dumped_steps == [] and not os.path.exists(dump_root)
+
+
+def test_config_dump_eval_is_honoured_and_the_keyword_wins(tmp_path, dump_root):
+    config = tmp_path / "config.yaml"
+    config.write_text(f"dump_path: {dump_root}\nlevel: mix\nstep: [0]\ndump_eval: true\n")
+    trainer_args = targs(tmp_path, per_device_eval_batch_size=4)
+    cb = PrecisionDumpCallback(config_path=str(config))
+    Trainer(model=Regressor(), args=trainer_args, eval_dataset=Pairs(8, seed=1), callbacks=[cb]).evaluate()
+    assert len(keys_like(records(dump_root, 0), "Module.fc1.Linear.forward.")) == 2
+    off = str(tmp_path / "off")
+    cb = PrecisionDumpCallback(config_path=str(config), dump_path=off, dump_eval=False)
+    Trainer(model=Regressor(), args=trainer_args, eval_dataset=Pairs(8, seed=1), callbacks=[cb]).evaluate()
+    assert not os.path.exists(off)

@@ -17,6 +17,6 @@ else:
         ms.set_context(mode=ms.PYNATIVE_MODE)
         warm_up()
         yield
-        current = PrecisionDebugger._current
+        current = PrecisionDebugger.current()
         if current is not None:      # a failed test must not leave patches behind
             current.close()

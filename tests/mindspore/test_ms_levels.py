@@ -209,3 +209,22 @@ def test_graph_mode_warns_that_nothing_is_recorded_inside(dump_root):
         dbg.close()
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def test_is_hooked_and_a_dropped_cell_is_freed_while_the_debugger_is_open(dump_root):
+    import gc
+    import weakref
+
+    dbg = PrecisionDebugger(dump_path=dump_root, level="mix", step=[0])
+    net, other = helpers.Outer(), helpers.MLP()
+    dbg.start(net)
+    ms.value_and_grad(lambda v: net(v).sum(), None, net.trainable_params())(helpers.tensor((3, 4)))
+    dbg.stop()
+    assert dbg.is_hooked(net) and dbg.is_hooked() and not dbg.is_hooked(other)
+    ref = weakref.ref(net)
+    del net
+    gc.collect()
+    assert ref() is None                 # Cell hooks and Primitive patches did not keep it alive
+    assert not dbg.is_hooked()
+    dbg.close()
+    assert "Cell.head.Dense.parameters_grad.0" in load_dump(helpers.rank_dir(dump_root))["data"]

@@ -1,19 +1,78 @@
-"""What module (torch) and Cell (MindSpore) hooks have in common: the handles to remove, the
-models already hooked, and the parameter gradients of the step awaiting their record."""
+"""The bookkeeping of module (torch) and Cell (MindSpore) hooks: the handles to remove, the
+models already hooked, the calls in flight, and the parameter gradients awaiting their record.
+
+Models and parameters are held weakly: hooking a model never keeps it alive, so a model the
+user drops is freed even while the debugger stays open (its hooks live on the model itself).
+"""
 from __future__ import annotations
 
-from typing import Any, Dict, List
+import weakref
+from typing import Any, Dict, Iterator, List, Tuple
 
 from ..dumpfmt import params_grad_key, value_name
+
+
+class WeakIdSet:
+    """Objects by identity (never by ``__eq__``/``__hash__``, which a model class may redefine),
+    held by weak reference: an entry disappears when its object is freed."""
+
+    def __init__(self) -> None:
+        self._refs: Dict[int, weakref.ref] = {}
+
+    def add(self, obj: Any) -> bool:
+        """Remember `obj`; False when it already was."""
+        if obj in self:
+            return False
+        key, refs = id(obj), self._refs
+
+        def forget(ref: weakref.ref) -> None:
+            if refs.get(key) is ref:
+                del refs[key]
+
+        refs[key] = weakref.ref(obj, forget)
+        return True
+
+    def __contains__(self, obj: Any) -> bool:
+        ref = self._refs.get(id(obj))
+        return ref is not None and ref() is obj
+
+    def __bool__(self) -> bool:
+        return any(ref() is not None for ref in self._refs.values())
+
+    def clear(self) -> None:
+        self._refs.clear()
 
 
 class HookSet:
     def __init__(self, collector: Any):
         self.collector = collector
         self.handles: List[Any] = []
-        self.hooked: Dict[int, Any] = {}
+        self.hooked = WeakIdSet()
         self._open: Dict[int, list] = {}          # per module: the calls in flight (re-entrancy)
+        self._params: List[Tuple[str, str, weakref.ref]] = []     # parameters whose .grad can be re-read
         self.param_grads: Dict[str, Dict[str, Any]] = {}
+
+    def calls_in_flight(self, module: Any) -> list:
+        """The stack of `module`'s calls between its pre and post hook (a module may re-enter)."""
+        stack = self._open.get(id(module))
+        if stack is None:
+            stack = self._open[id(module)] = []
+        return stack
+
+    def finished_call(self, module: Any) -> Any:
+        """Pop `module`'s innermost call in flight; None when there is none (or it is not recorded)."""
+        stack = self._open.get(id(module))
+        return stack.pop() if stack else None
+
+    def watch_param(self, base: str, pname: str, param: Any) -> None:
+        """Remember a hooked parameter (weakly) so its gradient can be read again later."""
+        self._params.append((base, pname, weakref.ref(param)))
+
+    def watched_params(self) -> Iterator[Tuple[str, str, Any]]:
+        for base, pname, ref in self._params:
+            param = ref()
+            if param is not None:
+                yield base, pname, param
 
     def store_param_grad(self, base: str, pname: str, grad: Any) -> None:
         """Summarise a parameter's gradient now; the latest one per parameter is recorded."""
@@ -35,4 +94,5 @@ class HookSet:
             h.remove()
         self.handles.clear()
         self.hooked.clear()
+        self._params.clear()
         self.reset()

@@ -7,7 +7,7 @@ reads: not collecting, or already inside a wrapped call.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from ._depth import DEPTH
 
@@ -23,16 +23,20 @@ def resolve(owner: Any, dotted: str) -> Tuple[Any, str, Any]:
 
 
 class ApiPatcher:
-    """Installs wrappers that report to `runner(orig, base, name, args, kwargs)`."""
+    """Installs wrappers that report to `runner(orig, base, name, args, kwargs)`.
+
+    A framework's subclass names the owners of its API list (``_owners``) and two facts the
+    recording body needs: the APIs whose result may alias an input (``aliasing``) and the key
+    prefixes of collectives (``collective_prefixes``); their inputs are never routed through a
+    gradient tap, so they stay the caller's own tensors."""
+
+    aliasing: FrozenSet[str] = frozenset()
+    collective_prefixes: Tuple[str, ...] = ()
 
     def __init__(self, runner: Callable, switch: Any):
         self.runner = runner
         self.switch = switch
         self._saved: List[Tuple[Any, str, Any]] = []
-
-    @property
-    def count(self) -> int:
-        return len(self._saved)
 
     def _owners(self, api_list: Dict[str, List[str]]) -> Iterator[Tuple[Any, str, List[str]]]:
         """(owner object, key prefix, names) per section; sections whose module is missing are skipped."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..dumpfmt import FORWARD, OUTPUT, PARAMETER, Entry, api_key, module_base, parse_key, split_module_name
 from .loader import Call
@@ -100,11 +100,14 @@ class Mapping:
 
 
 class Translator:
-    """Alignment names for the calls of a torch dump and a MindSpore dump."""
+    """Alignment names for the calls of a torch dump and a MindSpore dump.
 
-    def __init__(self, mapping: Mapping, torch_calls: Sequence[Call]):
+    `torch_keys` are the keys of the torch side: where the mapping offers several torch names
+    for one MindSpore name, the one that side used wins."""
+
+    def __init__(self, mapping: Mapping, torch_keys: Iterable[str]):
         self.m = mapping
-        self.torch_names = {parse_key(c.key).name for c in torch_calls}
+        self.torch_names = {parse_key(k).name for k in torch_keys}
 
     def _pick(self, candidates: List[str], fallback: str) -> str:
         for c in candidates:
@@ -224,7 +227,7 @@ def prepare(golden: List[Call], target: List[Call], golden_fw: str, target_fw: s
     ms_is_golden = framework_of(golden_fw) == MINDSPORE
     tcalls, mcalls = (target, golden) if ms_is_golden else (golden, target)
     mapping = Mapping.from_data(load_mapping(mapping_path))
-    tr = Translator(mapping, tcalls)
+    tr = Translator(mapping, [c.key for c in tcalls])
     mcalls = [tr.rename_entries(c) for c in mcalls]
     names_t: Dict[str, str] = {}
     names_m: Dict[str, str] = {}

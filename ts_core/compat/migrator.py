@@ -15,8 +15,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..compare import crossframework
+from ..compare.matching import align
 from ..compare.metrics import compare_arrays
-from ..dumpfmt import DUMP_JSON
+from ..dumpfmt import DUMP_JSON, parse_key
 from .npy_dir import compare_npy_dir, get_name_map_list_by_name
 from .layout import Translator, load_info
 
@@ -180,60 +182,41 @@ def _split_steps(entries: List[list]) -> List[List[list]]:
     return [s for s in steps if s]
 
 
-def _order(entries: List[list], direction: str) -> List[str]:
-    seen: List[str] = []
+def _forward_apis(entries: List[list]) -> List[Tuple[str, str]]:
+    """(api name, tsprobe key of its forward record) of every api, in forward execution order.
+    The key is entry[1] (layout.py keeps it); an entry without one is aligned by its api name."""
+    seen: Dict[str, str] = {}
     for e in entries:
-        if f"_{direction}_" in e[0]:
-            api = e[0].split(f"_{direction}_", 1)[0]
+        if "_forward_" in e[0]:
+            api = e[0].split("_forward_", 1)[0]
             if api not in seen:
-                seen.append(api)
-    return seen
+                key = e[1] if len(e) > 1 and isinstance(e[1], str) else ""
+                seen[api] = key if parse_key(key).kind in ("api", "module") else api
+    return list(seen.items())
 
 
-def _pair_apis(o: List[str], t: List[str], same_framework: bool) -> List[Tuple[Optional[str], Optional[str]]]:
-    """Same framework: identical names. Across frameworks: forward execution order, aligned by
-    an LCS on the API kind so an extra call on one side leaves the rest paired."""
-    if same_framework:
-        ts = set(t)
-        pairs = [(a, a if a in ts else None) for a in o]
-        os_ = set(o)
-        return pairs + [(None, b) for b in t if b not in os_]
-    ko = [_kind(a) for a in o]
-    kt = [_kind(b) for b in t]
-    n, m = len(ko), len(kt)
-    L = [[0] * (m + 1) for _ in range(n + 1)]
-    for i in range(n - 1, -1, -1):
-        for j in range(m - 1, -1, -1):
-            L[i][j] = L[i + 1][j + 1] + 1 if ko[i] == kt[j] else max(L[i + 1][j], L[i][j + 1])
-    i = j = 0
-    pairs: List[Tuple[Optional[str], Optional[str]]] = []
-    while i < n and j < m:
-        if ko[i] == kt[j]:
-            pairs.append((o[i], t[j])); i += 1; j += 1
-        elif L[i + 1][j] >= L[i][j + 1]:
-            pairs.append((o[i], None)); i += 1
+def _pair_apis(o: List[Tuple[str, str]], t: List[Tuple[str, str]], o_fw: str, t_fw: str
+               ) -> List[Tuple[Optional[str], Optional[str]]]:
+    """Same framework: identical names. Otherwise the matcher of ``tsprobe compare``: the
+    MindSpore side's keys in torch vocabulary (torch_mapping.yaml, ``Cell.fc.Dense`` ->
+    ``Module.fc.Linear``), aligned in order so an extra call on one side leaves the rest paired."""
+    o_apis, t_apis = [a for a, _ in o], [b for b, _ in t]
+    if o_fw == t_fw:
+        ts = set(t_apis)
+        pairs = [(a, a if a in ts else None) for a in o_apis]
+        os_ = set(o_apis)
+        return pairs + [(None, b) for b in t_apis if b not in os_]
+    o_names, t_names = [k for _, k in o], [k for _, k in t]
+    if crossframework.is_cross(o_fw, t_fw):
+        ms_is_origin = crossframework.framework_of(o_fw) == crossframework.MINDSPORE
+        torch_keys = t_names if ms_is_origin else o_names
+        tr = crossframework.Translator(crossframework.Mapping.from_data(crossframework.load_mapping()), torch_keys)
+        if ms_is_origin:
+            o_names = [tr.key(k) for k in o_names]
         else:
-            pairs.append((None, t[j])); j += 1
-    pairs += [(a, None) for a in o[i:]] + [(None, b) for b in t[j:]]
-    return pairs
-
-
-# torch <-> MindSpore names that mean the same layer or function (lower case)
-_EQUIV = {"linear": "dense", "dense": "dense", "conv2d": "conv2d", "conv1d": "conv1d", "relu": "relu",
-          "gelu": "gelu", "softmax": "softmax", "layernorm": "layernorm", "layer_norm": "layernorm",
-          "batchnorm2d": "batchnorm2d", "dropout": "dropout", "embedding": "embedding", "tanh": "tanh",
-          "sigmoid": "sigmoid", "matmul": "matmul", "__matmul__": "matmul", "mm": "matmul",
-          "__add__": "add", "add": "add", "__mul__": "mul", "mul": "mul", "sum": "sum", "mean": "mean",
-          "maxpool2d": "maxpool2d", "avgpool2d": "avgpool2d", "flatten": "flatten", "reshape": "reshape",
-          "view": "reshape", "transpose": "transpose", "permute": "transpose", "cat": "cat", "concat": "cat",
-          "crossentropyloss": "crossentropyloss", "mseloss": "mseloss", "softmaxcrossentropywithlogits": "crossentropyloss"}
-
-
-def _kind(api: str) -> str:
-    ts_type, rest = api.split("_", 1)
-    name = rest.rsplit("_", 1)[0].lower()
-    group = "NN" if ts_type == "NN" else "API"
-    return f"{group}:{_EQUIV.get(name, name)}"
+            t_names = [tr.key(k) for k in t_names]
+    return [(o_apis[i] if i is not None else None, t_apis[j] if j is not None else None)
+            for i, j in align(o_names, t_names)]
 
 
 def _metrics(oe: Optional[list], te: Optional[list], odir: str, tdir: str, rtol, atol, equal_nan) -> list:
@@ -279,7 +262,7 @@ def _rows(o_entries, t_entries, pairs, direction, odir, tdir, rtol, atol, equal_
         for part in ("input", "output"):
             ol = [e for e in oe if f"_{direction}_{part}." in e[0]]
             tl = [e for e in te if f"_{direction}_{part}." in e[0]]
-            if direction == "forward" and part == "input" and o and t and _kind(o).startswith("NN"):
+            if direction == "forward" and part == "input" and o and t and o.startswith("NN_"):
                 ol, tl = ol[:1], tl[:1]       # a layer's data input; weights are laid out differently
             for k in range(max(len(ol), len(tl))):
                 e1 = ol[k] if k < len(ol) else None
@@ -311,7 +294,6 @@ def api_dump_compare(origin_path: str, target_path: str, output_path: Optional[s
     [max, min, mean] when the npy files are absent (dump_type statistics)."""
     op, o_entries, odir = load_info(origin_path)
     tp, t_entries, tdir = load_info(target_path)
-    same = op == tp
     o_steps, t_steps = _split_steps(o_entries), _split_steps(t_entries)
     n_steps = max(len(o_steps), len(t_steps))
     head = [h.format(o=op, t=tp) for h in _HEAD]
@@ -319,7 +301,7 @@ def api_dump_compare(origin_path: str, target_path: str, output_path: Optional[s
     for s in range(n_steps):
         oe = o_steps[s] if s < len(o_steps) else []
         te = t_steps[s] if s < len(t_steps) else []
-        pairs = _pair_apis(_order(oe, "forward"), _order(te, "forward"), same)
+        pairs = _pair_apis(_forward_apis(oe), _forward_apis(te), op, tp)
         fwd = _rows(oe, te, pairs, "forward", odir, tdir, rtol, atol, equal_nan, ignore_unmatched)
         bwd = _rows(oe, te, list(reversed(pairs)), "backward", odir, tdir, rtol, atol, equal_nan, ignore_unmatched)
         mapping = [p for p in pairs if not (ignore_unmatched and (p[0] is None or p[1] is None))]

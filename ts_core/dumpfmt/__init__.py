@@ -2,7 +2,8 @@
 the JSON files (read, atomic write), the shape of records, and reference statistics in numpy.
 
 Everything that writes or reads a dump goes through here: the live writer, ``tsprobe
-recover``, the compare loader and matcher, the TroubleShooter layout, the per-request split.
+recover``, the compare loader and matcher, the TroubleShooter layout, the token map of
+inference captures and its per-request split.
 Needs only numpy.
 """
 from .errors import DumpFormatError, TensorFileError
@@ -11,13 +12,15 @@ from .jsonio import (json_by_line, json_safe, read_json, read_json_optional, wri
 from .keys import (BACKWARD, DEBUG, FORWARD, MODULE_PREFIXES, OTHER, PARAMETERS_GRAD, KeyInfo, api_key, debug_key, forward_key,
                    module_base, module_key, params_grad_key, parse_key, split_module_name, value_name,
                    without_direction)
-from .layout import (CONSTRUCT_JSON, DUMP_JSON, JOURNAL, STACK_JSON, TENSOR_DIR, DumpUnit, find_dumps,
+from .layout import (CONSTRUCT_JSON, DUMP_JSON, JOURNAL, STACK_JSON, TENSOR_DIR, TOKEN_MAP, DumpUnit, find_dumps,
                      find_journal_dirs, is_rank_dir, parse_step_dir, rank_dir, rank_dir_name, rank_number,
                      step_dir_name, tensor_file_name, unit_for)
 from .rankdir import (RankFiles, read_construct, read_header_and_data, read_rank_files, read_stacks, stack_groups,
                       write_rank_files)
 from .records import INPUT, OUTPUT, PARAMETER, STAT_FIELDS, Entry, is_tensor_summary, map_summaries, record_entries
 from .refstats import crc32_hex, reference_stats
+from .token_map import merge_token_maps, read_token_map, write_token_map
+from .by_request import split_by_request
 
 __all__ = [
     "DumpFormatError", "TensorFileError",
@@ -26,7 +29,7 @@ __all__ = [
     "BACKWARD", "DEBUG", "FORWARD", "MODULE_PREFIXES", "OTHER", "PARAMETERS_GRAD", "KeyInfo", "api_key", "debug_key", "forward_key",
     "module_base", "module_key", "params_grad_key", "parse_key", "split_module_name", "value_name",
     "without_direction",
-    "CONSTRUCT_JSON", "DUMP_JSON", "JOURNAL", "STACK_JSON", "TENSOR_DIR", "DumpUnit", "find_dumps",
+    "CONSTRUCT_JSON", "DUMP_JSON", "JOURNAL", "STACK_JSON", "TENSOR_DIR", "TOKEN_MAP", "DumpUnit", "find_dumps",
     "find_journal_dirs", "is_rank_dir", "parse_step_dir", "rank_dir", "rank_dir_name", "rank_number",
     "step_dir_name", "tensor_file_name", "unit_for",
     "RankFiles", "read_construct", "read_header_and_data", "read_rank_files", "read_stacks", "stack_groups",
@@ -34,4 +37,5 @@ __all__ = [
     "INPUT", "OUTPUT", "PARAMETER", "STAT_FIELDS", "Entry", "is_tensor_summary", "map_summaries",
     "record_entries",
     "crc32_hex", "reference_stats",
+    "merge_token_maps", "read_token_map", "write_token_map", "split_by_request",
 ]

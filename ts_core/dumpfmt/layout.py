@@ -3,6 +3,7 @@
 ```
 dump_path/step{N}/rank{R}/        ("rank" without a number when not distributed)
     dump.json  stack.json  construct.json  journal.jsonl (until the step is closed)
+    token_map.json (token-range inference capture: which rows are which request and token)
     dump_tensor_data/KEY.input.0.npy ...
 ```
 msprobe names rank folders ``rank{R}`` too, or ``proc{PID}``; both are read.
@@ -23,6 +24,7 @@ STACK_JSON = "stack.json"
 CONSTRUCT_JSON = "construct.json"
 JOURNAL = "journal.jsonl"         # append-only record log; what a run killed before stop() leaves
 TENSOR_DIR = "dump_tensor_data"
+TOKEN_MAP = "token_map.json"      # token-range inference capture, see token_map.py
 TENSOR_SUFFIX = ".npy"
 
 _STEP = re.compile(r"^step(\d+)$")

@@ -129,21 +129,29 @@ class DumpDir:
             self._failed(exc)
 
     def close(self) -> None:
+        """Finalize, stop the tensor writer, close the journal: each runs even when one before
+        it raised (``on_write_error: raise``), so nothing stays open."""
         try:
             self.finalize()
         finally:
-            if self._tensors is not None:
-                self._tensors.close()
-                self._tensors = None
-            if self._journal is not None:
-                try:
-                    self._journal.close()
-                    if not self.incomplete:
-                        os.unlink(self._journal.path)
-                except OSError as exc:
-                    self._failed(exc)
-                finally:
-                    self._journal = None
+            tensors, self._tensors = self._tensors, None
+            try:
+                if tensors is not None:
+                    tensors.close()
+            finally:
+                self._close_journal()
+
+    def _close_journal(self) -> None:
+        if self._journal is None:
+            return
+        try:
+            self._journal.close()
+            if not self.incomplete:
+                os.unlink(self._journal.path)
+        except OSError as exc:
+            self._failed(exc)
+        finally:
+            self._journal = None
 
     def _header_json(self) -> Dict[str, Any]:
         head = dict(self.header)

@@ -3,7 +3,9 @@ unless the queue is full, which bounds memory).
 
 A failed write never kills the writer thread: the error is handed to ``on_error`` on the
 *training* thread, at the next ``submit``/``drain``/``close`` (so ``on_write_error: raise``
-raises where the user can catch it, and nothing waits on a dead thread)."""
+raises where the user can catch it, and nothing waits on a dead thread). Only the first
+failure is handed over: the writes queued behind it fail the same way, and raising again for
+each would make every later ``stop()``/``close()`` raise too."""
 from __future__ import annotations
 
 import os
@@ -33,6 +35,7 @@ class TensorFileWriter:
         self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=max_queue)
         self._thread: Optional[threading.Thread] = None
         self._errors: List[BaseException] = []       # raised on the writer thread, reported here
+        self._reported = False
 
     def submit(self, path: str, snapshot: Any) -> None:
         self._report_errors()
@@ -70,8 +73,13 @@ class TensorFileWriter:
         write_atomic(path, lambda f: np.save(f, array, allow_pickle=False), "wb", fsync=False)
 
     def _report_errors(self) -> None:
-        while self._errors:
-            self._on_error(self._errors.pop(0))
+        if not self._errors:
+            return
+        first = self._errors[0]
+        self._errors.clear()
+        if not self._reported:
+            self._reported = True
+            self._on_error(first)
 
     def drain(self) -> None:
         """Wait until every submitted file is on disk (or failed), then report failures."""

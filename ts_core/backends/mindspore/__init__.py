@@ -1,110 +1,107 @@
 """MindSpore PyNative backend: API wrapping (L1), Cell hooks (L0), both (mix), Primitive calls
-made through the model's Cells (L1/mix with ``start(model)``)."""
+made through the model's Cells (L1/mix with ``start(model)``).
+
+What is MindSpore's own (the flow is ``backends/base.py``): models are ``nn.Cell``; parameter
+gradients come from ``Parameter.register_hook`` only (a Parameter keeps no accumulated
+gradient, so there is nothing to re-read); backward hooks are placed only while PyNative
+records a gradient; a capture whose input tap never fires (MindSpore prunes branches that lead
+to no requested input) is completed at the end of the step (grad_capture.Pending); GRAPH_MODE
+runs no Python hook, which ``install`` warns about.
+"""
 from __future__ import annotations
 
+import functools
 import os
 import warnings
-from typing import Any, Optional
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import mindspore as ms
-from mindspore import Tensor, nn
+from mindspore import nn
 
-from .._depth import internal
+from ..base import Backend
 from ._runtime import grad_recording, is_pynative, warm_up
-from .api_hooks import ApiPatcher, run_api
-from .cell_hooks import CellHooks
-from .grad_capture import Pending, flat_tensors
+from .api_hooks import ApiPatcher
+from .grad_capture import GradCapture, Pending, flat_tensors
 from .primitive_hooks import PrimitivePatcher
 from .tensors import FLOATING, MindSporeAdapter
 
 __all__ = ["MindSporeBackend", "MindSporeAdapter"]
 
 
-class MindSporeBackend:
-    framework = "mindspore"
+def own_parameters(cell: nn.Cell) -> Dict[str, Any]:
+    """A Cell's own parameters by attribute name (``weight``, ``gamma``), not recursing."""
+    params = getattr(cell, "_params", None)
+    if isinstance(params, dict):
+        return {k: v for k, v in params.items() if v is not None}
+    return {k.rsplit(".", 1)[-1]: v for k, v in cell.parameters_dict(recurse=False).items()}
+
+
+class MindSporeBackend(Backend):
+    """Records ``nn.Cell`` models in PyNative, the APIs of api_list.yaml, and the Primitive
+    calls made through the model's Cells."""
+
     adapter_class = MindSporeAdapter
     skip_dirs = (os.path.dirname(ms.__file__),)
+    api_patcher_class = ApiPatcher
+    model_type_name = "mindspore.nn.Cell"
+    module_prefix = "Cell"
 
-    def __init__(self, cfg, collector, switch):
+    def __init__(self, cfg: Any, collector: Any, switch: Any):
         warm_up()
-        self.cfg = cfg
-        self.collector = collector
-        self.switch = switch
-        want_backward = collector.want["backward", "input"] or collector.want["backward", "output"]
-        self.want_backward = want_backward
-        self.pending: Optional[Pending] = Pending() if want_backward else None
-        self.apis = ApiPatcher(self._run_api, switch)
-        self.primitives = PrimitivePatcher(self._run_api, switch)
-        self.modules = CellHooks(collector, switch, self.pending)
-        self._apis_installed = False
-        self._extra_handles: list = []
+        super().__init__(cfg, collector, switch)
+        self.pending: Optional[Pending] = Pending() if self.want_backward else None
+        self.primitives = PrimitivePatcher(self.run_api, switch)
         self._warned_graph = False
 
-    def _run_api(self, orig, base, name, args, kwargs, inplace=None):
-        return run_api(self.collector, orig, base, name, args, kwargs, self.pending, inplace)
-
-    def install(self, model: Any = None) -> None:
+    def _check_runtime_impl(self) -> None:
         if not is_pynative() and not self._warned_graph:
             self._warned_graph = True
             warnings.warn("tsprobe: MindSpore is in GRAPH_MODE; Python hooks do not run inside compiled "
-                          "graphs, so nothing is recorded there. Use PYNATIVE_MODE.", stacklevel=3)
-        level = self.cfg.level
-        if level in ("L1", "mix") and not self._apis_installed:
-            self.apis.install()
-            self._apis_installed = True
-        if model is None:
-            return
-        models = model if isinstance(model, (list, tuple)) else [model]
-        for i, m in enumerate(models):
-            if not isinstance(m, nn.Cell):
-                raise TypeError(f"start(model=...) expects mindspore.nn.Cell, got {type(m).__name__}")
-            if level in ("L0", "mix"):
-                self.modules.install(m, index=i if len(models) > 1 else None)
-            if level in ("L1", "mix"):
-                self.primitives.install(m)
+                          "graphs, so nothing is recorded there. Use PYNATIVE_MODE.", stacklevel=4)
 
-    def watch_iterations(self, model, on_begin, on_end) -> None:
-        """Call on_begin/on_end around every forward of the root Cell (token ranges)."""
-        self._extra_handles.append(model.register_forward_pre_hook(lambda c, a: on_begin()))
-        self._extra_handles.append(model.register_forward_hook(lambda c, a, o: on_end(), always_call=True))
+    def _is_model_impl(self, model: Any) -> bool:
+        return isinstance(model, nn.Cell)
 
-    def save_backward(self, key: str, variable: Any) -> None:
-        """Debug-level save: record the gradients of `variable`'s tensors when they arrive."""
-        tensors = [t for t in flat_tensors(variable, []) if t.dtype in FLOATING]
-        if not tensors or not grad_recording():
-            return
-        grads: dict = {}
-        col = self.collector
+    def _wrap_model_calls_impl(self, model: nn.Cell) -> None:
+        self.primitives.install(model)
 
-        def make_hook(i):
-            def hook(grad):
-                with internal():
-                    if i in grads:
-                        return None
-                    grads[i] = grad
-                    if len(grads) == len(tensors):
-                        ordered = [grads[j] for j in range(len(tensors))]
-                        value = ordered[0] if isinstance(variable, Tensor) else ordered
-                        col.save_value(key, value)
-                return None
-            return hook
+    def _submodules_impl(self, model: nn.Cell) -> Iterator[Tuple[str, nn.Cell]]:
+        return ((path, cell) for path, cell in model.cells_and_names() if path and cell is not model)
 
-        for i, t in enumerate(tensors):
-            t.register_hook(make_hook(i))
+    def _own_parameters_impl(self, module: nn.Cell) -> Dict[str, Any]:
+        return own_parameters(module)
 
-    def end_step(self) -> None:
-        with internal():
-            if self.pending is not None:
-                self.pending.flush()
-            self.modules.emit_param_grads()
+    def _hook_param_impl(self, base: str, pname: str, param: Any) -> Any:
+        if not self.want_backward:
+            return None
+        return param.register_hook(functools.partial(self._on_param_grad, base, pname))
 
-    def new_step(self) -> None:
-        self.modules.reset()
-        if self.pending is not None:
-            self.pending.clear()
+    def _accumulated_grad_impl(self, param: Any) -> None:
+        return None      # never reached: no parameter is watched for re-reading (see the module doc)
 
-    @staticmethod
-    def rank() -> Optional[int]:
+    def _grad_recording_impl(self) -> bool:
+        return grad_recording()
+
+    def _grad_capture_impl(self, emit) -> GradCapture:
+        return GradCapture(emit, self.pending)
+
+    def _may_get_grad_impl(self, tensor: Any) -> bool:
+        return tensor.dtype in FLOATING
+
+    def _module_is_inplace_impl(self, module: nn.Cell) -> bool:
+        return False
+
+    def _watch_module_outputs_impl(self, capture: GradCapture, output: Any, args: tuple, inplace: bool) -> None:
+        capture.watch_outputs(output)
+
+    def _watch_api_outputs_impl(self, capture: GradCapture, out: Any, args: tuple, kwargs: dict,
+                                inplace: bool) -> None:
+        # An output that is an input returned as-is carries no gradient of this call
+        # (in-place calls excepted: their output is the input's new value).
+        skip = () if inplace else {id(t) for t in flat_tensors((args, kwargs), [])}
+        capture.watch_outputs(out, skip)
+
+    def _rank_impl(self) -> Optional[int]:
         try:
             from mindspore.communication import GlobalComm, get_rank
         except ImportError:     # pragma: no cover
@@ -113,19 +110,15 @@ class MindSporeBackend:
             return get_rank()
         return None
 
-    def register_custom_api(self, module: Any, api_name: str, api_prefix: Optional[str] = None) -> None:
-        self.apis.register(module, api_name, api_prefix)
-
-    def restore_custom_api(self, module: Any, api_name: str) -> None:
-        self.apis.unregister(module, api_name)
-
-    def close(self) -> None:
-        self.apis.restore()
-        self.primitives.restore()
-        self.modules.remove()
-        for h in self._extra_handles:
-            h.remove()
-        self._extra_handles.clear()
+    def _new_step_impl(self) -> None:
         if self.pending is not None:
             self.pending.clear()
-        self._apis_installed = False
+
+    def _end_step_impl(self) -> None:
+        if self.pending is not None:
+            self.pending.flush()
+
+    def _close_impl(self) -> None:
+        self.primitives.restore()
+        if self.pending is not None:
+            self.pending.clear()

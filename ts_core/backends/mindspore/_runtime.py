@@ -25,18 +25,16 @@ _warmed = False
 
 def warm_up() -> None:
     """With numpy 2, MindSpore 2.10's first op mixing a Tensor and a Python float raises
-    SystemError once (its numpy C-API init fails), then works. Absorb that once here, so
-    neither tsprobe's statistics nor the user's first op meet it."""
+    SystemError once (its numpy C-API init fails, printing NumPy's 1.x notice), then works.
+    Absorb that once here, quietly, so neither tsprobe's statistics nor the user's first op
+    meet it (see numpy_init)."""
     global _warmed
     if _warmed:
         return
     _warmed = True
-    for _ in range(2):
-        try:
-            (Tensor(np.ones((1,), np.float32)) * 1.5).asnumpy()
-            return
-        except SystemError:
-            continue
+    from .numpy_init import init_numpy_quietly
+
+    init_numpy_quietly()
 
 
 def grad_recording() -> bool:

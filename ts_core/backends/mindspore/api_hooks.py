@@ -1,22 +1,17 @@
-"""L1: wrap ``mindspore.ops``, ``mindspore.mint``, ``mint.nn.functional``, ``Tensor`` methods and
-operators, and communication functions listed in ``api_list.yaml``. Every patch is undone
-by ``restore``.
-
-The wrapper's fast path is two attribute reads: not collecting, or already inside a wrapped
-call (nested calls, and tsprobe's own statistics ops, are not recorded).
+"""L1: which MindSpore APIs are wrapped: ``mindspore.ops``, ``mindspore.mint``,
+``mint.nn.functional``, ``Tensor`` methods and operators, and communication functions listed in
+``api_list.yaml``. The wrapper (patching.py) and the body that records a call
+(base.Backend.run_api) are shared by backends.
 """
 from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import yaml
 
 from .. import patching
-from .._depth import DEPTH
-from ._runtime import grad_recording
-from .grad_capture import GradCapture, Pending, flat_tensors
 
 API_LIST = os.path.join(os.path.dirname(__file__), "api_list.yaml")
 
@@ -30,7 +25,7 @@ SECTIONS: Dict[str, Tuple[Optional[str], str]] = {
     "communication.comm_func": ("mindspore.communication.comm_func", "Distributed"),
     "mint.distributed": ("mindspore.mint.distributed", "MintDistributed"),
 }
-_COLLECTIVE_PREFIXES = ("Distributed.", "MintDistributed.")
+COLLECTIVE_PREFIXES = ("Distributed.", "MintDistributed.")
 
 # Calls whose result may alias an input (views): the input must stay the caller's own tensor,
 # so it is not routed through the gradient tap.
@@ -38,14 +33,6 @@ ALIASING = frozenset("""view view_as reshape reshape_as transpose permute __geti
 squeeze unsqueeze expand expand_as expand_dims flatten unflatten split chunk unbind tensor_split
 movedim moveaxis swapaxes swapdims diagonal as_strided contiguous t T mT ravel broadcast_to
 real imag to astype float half double bfloat16 int long bool byte short copy""".split())
-
-
-def is_inplace(name: str, kwargs: dict) -> bool:
-    if name.startswith("__i") or name == "__setitem__":
-        return True
-    if name.endswith("_") and not name.endswith("__"):
-        return True
-    return bool(kwargs.get("inplace")) or kwargs.get("out") is not None
 
 
 _LIST_CACHE: Dict[Tuple[str, float], Dict[str, List[str]]] = {}
@@ -70,6 +57,9 @@ def load_api_list(path: str = API_LIST) -> Dict[str, List[str]]:
 class ApiPatcher(patching.ApiPatcher):
     """mindspore.ops / mint / mint.nn.functional / Tensor / communication (see api_list.yaml)."""
 
+    aliasing = ALIASING
+    collective_prefixes = COLLECTIVE_PREFIXES
+
     def _default_list(self) -> Dict[str, List[str]]:
         return load_api_list()
 
@@ -86,42 +76,3 @@ class ApiPatcher(patching.ApiPatcher):
                 except ImportError:
                     continue
             yield owner, prefix, names
-
-
-def run_api(collector, orig: Callable, base: str, name: str, args: tuple, kwargs: dict,
-            pending: Optional[Pending], inplace: Optional[bool] = None) -> Any:
-    """Record one call: inputs before it runs, outputs after, gradients when they come.
-    `pending` is None when backward records are not wanted."""
-    DEPTH.value += 1
-    try:
-        call = collector.begin(base, is_module=False)
-        if not call.selected:
-            try:
-                return orig(*args, **kwargs)
-            finally:
-                collector.end(call)
-        capture = None
-        run_args, run_kwargs = args, kwargs
-        if inplace is None:
-            inplace = is_inplace(name, kwargs)
-        if pending is not None and grad_recording():
-            capture = GradCapture(lambda go, gi: collector.backward(call, go, gi), pending)
-            if not inplace and name not in ALIASING and not base.startswith(_COLLECTIVE_PREFIXES):
-                # Tap before summarising: the summary's statistics ops would otherwise be
-                # waited for by the tap (each MindSpore hook placement syncs the pipeline).
-                run_args, run_kwargs = capture.tap_inputs(args, kwargs)
-        collector.forward_inputs(call, args, kwargs)
-        args, kwargs = run_args, run_kwargs
-        try:
-            out = orig(*args, **kwargs)      # still at depth > 0: nested APIs are not recorded
-        finally:
-            collector.end(call)
-        if capture is not None:
-            # An output that is an input returned as-is carries no gradient of this call
-            # (in-place calls excepted: their output is the input's new value).
-            skip = () if inplace else {id(t) for t in flat_tensors((args, kwargs), [])}
-            capture.watch_outputs(out, skip)
-        collector.forward_outputs(call, out)
-        return out
-    finally:
-        DEPTH.value -= 1

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List
 from mindspore import Tensor, ops
 
 from .._depth import internal
+from ..grad_record import GradRecord
 from ..structure import leaves, map_leaves
 from .tensors import FLOATING
 
@@ -67,19 +68,15 @@ class Pending:
         self.captures.clear()
 
 
-class GradCapture:
-    """Collects one call's gradients, then hands them to ``emit(grads_of_outputs, grads_of_inputs)``."""
+class GradCapture(GradRecord):
+    """Collects one call's gradients, then hands them to ``emit(grads_of_outputs, grads_of_inputs)``;
+    registered in `pending` until then."""
 
-    __slots__ = ("emit", "pending", "out_grads", "expected", "received", "done", "tapped", "__weakref__")
+    __slots__ = ("pending", "__weakref__")
 
     def __init__(self, emit: Callable[[list, list], None], pending: Pending):
-        self.emit = emit
+        super().__init__(emit)
         self.pending = pending
-        self.out_grads: List[Any] = []
-        self.expected = 0
-        self.received = 0
-        self.done = False
-        self.tapped = False
         pending.captures[id(self)] = self
 
     def tap_inputs(self, args: tuple, kwargs: dict):
@@ -119,10 +116,7 @@ class GradCapture:
             if self.done:
                 return None
             with internal():
-                self.out_grads[i] = grad
-                self.received += 1
-                if not self.tapped and self.received == self.expected:
-                    self.finish([])
+                self.output_grad(i, grad)
             return None
         return hook
 

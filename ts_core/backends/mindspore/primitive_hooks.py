@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Tuple
 from mindspore.ops.primitive import Primitive
 
 from .._depth import DEPTH
+from ..hook_set import WeakIdSet
 
 
 def _side_effect(prim: Any) -> bool:
@@ -26,23 +27,15 @@ class PrimitivePatcher:
         self.runner = runner      # runner(orig, base, name, args, kwargs, inplace)
         self.switch = switch
         self._patched: Dict[int, Tuple[Any, type]] = {}
-        self.models: Dict[int, Any] = {}
+        self.models = WeakIdSet()          # models already walked (held weakly)
 
-    @property
-    def count(self) -> int:
-        return len(self._patched)
-
-    def install(self, model: Any) -> int:
-        if id(model) in self.models:
-            return 0
-        self.models[id(model)] = model
-        n = 0
+    def install(self, model: Any) -> None:
+        if not self.models.add(model):
+            return
         for _, cell in model.cells_and_names():
             for attr, value in list(vars(cell).items()):
                 if isinstance(value, Primitive) and id(value) not in self._patched:
                     self._patch(value, attr)
-                    n += 1
-        return n
 
     def _patch(self, prim: Any, attr: str) -> None:
         orig_cls = type(prim)

@@ -28,10 +28,6 @@ _IDLE_FLUSH_THREAD = "tsprobe-idle-flush"     # ts_core.record.collector._IdleFl
 FLOATING = frozenset((ms.float16, ms.bfloat16, ms.float32, ms.float64))
 
 
-def is_floating(t: Any) -> bool:
-    return isinstance(t, Tensor) and t.dtype in FLOATING
-
-
 def host_array(t: Tensor) -> np.ndarray:
     """A host copy (bfloat16 as float32: numpy has no bfloat16). On CPU ``asnumpy()`` shares
     the tensor's memory, so it is copied: a later in-place op must not reach the snapshot."""

@@ -1,101 +1,78 @@
-"""PyTorch backend: API wrapping (L1), module hooks (L0), both (mix)."""
+"""PyTorch backend: API wrapping (L1), module hooks (L0), both (mix).
+
+What is torch's own (the flow is ``backends/base.py``): modules are ``nn.Module``; parameter
+gradients come from ``register_post_accumulate_grad_hook`` and can be re-read from ``.grad``;
+backward is captured by the identity tap, or, for in-place and view-returning calls whose
+inputs must stay the user's tensors, by a hook on the output's autograd node (grad_capture).
+"""
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import torch
 
-from .._depth import internal
-from .api_hooks import ApiPatcher, run_api
-from .grad_capture import flat_tensors
-from .module_hooks import ModuleHooks
+from ..base import Backend
+from .api_hooks import ApiPatcher, node_target
+from .grad_capture import GradCapture
 from .tensors import TorchAdapter
 
 __all__ = ["TorchBackend", "TorchAdapter"]
 
 
-class TorchBackend:
-    framework = "pytorch"
+class TorchBackend(Backend):
+    """Records ``nn.Module`` models and the torch APIs of api_list.yaml."""
+
     adapter_class = TorchAdapter
     skip_dirs = (os.path.dirname(torch.__file__),)
+    api_patcher_class = ApiPatcher
+    model_type_name = "torch.nn.Module"
+    module_prefix = "Module"
 
-    def __init__(self, cfg, collector, switch):
-        self.cfg = cfg
-        self.collector = collector
-        self.switch = switch
-        want_backward = collector.want["backward", "input"] or collector.want["backward", "output"]
-        self.want_backward = want_backward
-        self.apis = ApiPatcher(self._run_api, switch)
-        self.modules = ModuleHooks(collector, switch, want_backward)
-        self._apis_installed = False
+    def _is_model_impl(self, model: Any) -> bool:
+        return isinstance(model, torch.nn.Module)
 
-    def _run_api(self, orig, base, name, args, kwargs):
-        return run_api(self.collector, orig, base, name, args, kwargs, self.want_backward)
+    def _submodules_impl(self, model: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
+        return ((path, m) for path, m in model.named_modules() if path)
 
-    def install(self, model: Any = None) -> None:
-        level = self.cfg.level
-        if level in ("L1", "mix") and not self._apis_installed:
-            self.apis.install()
-            self._apis_installed = True
-        if model is not None and level in ("L0", "mix"):
-            models = model if isinstance(model, (list, tuple)) else [model]
-            for i, m in enumerate(models):
-                if not isinstance(m, torch.nn.Module):
-                    raise TypeError(f"start(model=...) expects torch.nn.Module, got {type(m).__name__}")
-                self.modules.install(m, index=i if len(models) > 1 else None)
+    def _own_parameters_impl(self, module: torch.nn.Module) -> Dict[str, Any]:
+        return dict(module.named_parameters(recurse=False))
 
-    def watch_iterations(self, model: torch.nn.Module, on_begin, on_end) -> None:
-        """Call on_begin/on_end around every forward of the root model (token ranges)."""
-        self.modules.handles.append(model.register_forward_pre_hook(lambda m, a: on_begin()))
-        self.modules.handles.append(model.register_forward_hook(lambda m, a, o: on_end(), always_call=True))
+    def _hook_param_impl(self, base: str, pname: str, param: torch.Tensor) -> Any:
+        self.hooks.watch_param(base, pname, param)
+        return param.register_post_accumulate_grad_hook(lambda p: self._on_param_grad(base, pname, p.grad))
 
-    def save_backward(self, key: str, variable: Any) -> None:
-        """Debug-level save: record the gradients of `variable`'s tensors when they arrive."""
-        tensors = [t for t in flat_tensors(variable, []) if t.requires_grad]
-        if not tensors or not torch.is_grad_enabled():
-            return
-        grads: dict = {}
-        col = self.collector
+    def _accumulated_grad_impl(self, param: torch.Tensor) -> Optional[torch.Tensor]:
+        return param.grad
 
-        def make_hook(i):
-            def hook(grad):
-                with internal():
-                    grads[i] = grad
-                    if len(grads) == len(tensors):
-                        ordered = [grads[j] for j in range(len(tensors))]
-                        value = ordered[0] if isinstance(variable, torch.Tensor) else ordered
-                        col.save_value(key, value)
-            return hook
+    def _grad_recording_impl(self) -> bool:
+        return torch.is_grad_enabled()
 
-        for i, t in enumerate(tensors):
-            t.register_hook(make_hook(i))
+    def _grad_capture_impl(self, emit) -> GradCapture:
+        return GradCapture(emit)
 
-    def capture_param_grads(self) -> None:
-        with internal():
-            self.modules.capture_param_grads()
+    def _may_get_grad_impl(self, tensor: torch.Tensor) -> bool:
+        return tensor.requires_grad
 
-    def end_step(self) -> None:
-        with internal():
-            self.modules.emit_param_grads()
+    def _module_is_inplace_impl(self, module: torch.nn.Module) -> bool:
+        # ReLU(inplace=True): its input must stay the caller's tensor, so no tap
+        return getattr(module, "inplace", False) is True
 
-    def new_step(self) -> None:
-        self.modules.reset()
+    def _watch_module_outputs_impl(self, capture: GradCapture, output: Any, args: tuple, inplace: bool) -> None:
+        if inplace:
+            capture.watch_node(node_target(output, args, inplace=True))
+        else:
+            capture.watch_outputs(output)
 
-    @staticmethod
-    def rank() -> Optional[int]:
+    def _watch_api_outputs_impl(self, capture: GradCapture, out: Any, args: tuple, kwargs: dict,
+                                inplace: bool) -> None:
+        if capture.tapped:
+            capture.watch_outputs(out)
+        else:
+            capture.watch_node(node_target(out, args, inplace))
+
+    def _rank_impl(self) -> Optional[int]:
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized():
             return dist.get_rank()
         return None
-
-    def register_custom_api(self, module: Any, api_name: str, api_prefix: Optional[str] = None) -> None:
-        self.apis.register(module, api_name, api_prefix)
-
-    def restore_custom_api(self, module: Any, api_name: str) -> None:
-        self.apis.unregister(module, api_name)
-
-    def close(self) -> None:
-        self.apis.restore()
-        self.modules.remove()
-        self._apis_installed = False

@@ -1,21 +1,17 @@
-"""L1: wrap torch.*, torch.nn.functional.*, torch.Tensor methods/operators and
-torch.distributed collectives listed in ``api_list.yaml``. Every patch is undone by ``restore``.
-
-The wrapper's fast path is two attribute reads: not collecting, or already inside a wrapped
-call (nested calls are recorded once, at the outer call).
+"""L1: which torch APIs are wrapped: torch.*, torch.nn.functional.*, torch.Tensor
+methods/operators and torch.distributed collectives listed in ``api_list.yaml``. The wrapper
+(patching.py) and the body that records a call (base.Backend.run_api) are shared by backends.
 """
 from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import yaml
 
 from .. import patching
-from .._depth import DEPTH
-from .grad_capture import GradCapture
 
 API_LIST = os.path.join(os.path.dirname(__file__), "api_list.yaml")
 PREFIXES = {"torch": "Torch", "functional": "Functional", "tensor": "Tensor", "distributed": "Distributed"}
@@ -30,14 +26,6 @@ bfloat16 int long bool byte char short cpu cuda adjoint mT mH T H ravel broadcas
 broadcast_tensors atleast_1d atleast_2d atleast_3d align_to align_as rename""".split())
 
 
-def is_inplace(name: str, kwargs: dict) -> bool:
-    if name.startswith("__i") or name == "__setitem__":
-        return True
-    if name.endswith("_") and not name.endswith("__"):
-        return True
-    return bool(kwargs.get("inplace")) or kwargs.get("out") is not None
-
-
 def load_api_list(path: str = API_LIST) -> Dict[str, List[str]]:
     with open(path, encoding="utf-8") as f:
         data = yaml.safe_load(f) or {}
@@ -49,6 +37,9 @@ def load_api_list(path: str = API_LIST) -> Dict[str, List[str]]:
 
 class ApiPatcher(patching.ApiPatcher):
     """torch.*, torch.nn.functional.*, torch.Tensor, torch.distributed (see api_list.yaml)."""
+
+    aliasing = ALIASING
+    collective_prefixes = ("Distributed",)
 
     def _default_list(self) -> Dict[str, List[str]]:
         return load_api_list()
@@ -65,41 +56,8 @@ class ApiPatcher(patching.ApiPatcher):
             yield owner, PREFIXES[section], names
 
 
-def run_api(collector, orig: Callable, base: str, name: str, args: tuple, kwargs: dict,
-            want_backward: bool) -> Any:
-    """Record one API call: inputs before it runs, outputs after, gradients when they come."""
-    DEPTH.value += 1
-    try:
-        call = collector.begin(base, is_module=False)
-        if not call.selected:
-            try:
-                return orig(*args, **kwargs)
-            finally:
-                collector.end(call)
-        collector.forward_inputs(call, args, kwargs)
-        capture = None
-        inplace = False
-        if want_backward and torch.is_grad_enabled():
-            capture = GradCapture(lambda go, gi: collector.backward(call, go, gi))
-            inplace = is_inplace(name, kwargs)
-            if not inplace and name not in ALIASING and not base.startswith("Distributed"):
-                args, kwargs = capture.tap_inputs(args, kwargs)
-        try:
-            out = orig(*args, **kwargs)      # still at depth > 0: nested APIs are not recorded
-        finally:
-            collector.end(call)
-        if capture is not None:
-            if capture.tapped:
-                capture.watch_outputs(out)
-            else:
-                capture.watch_node(_node_target(out, args, inplace))
-        collector.forward_outputs(call, out)
-        return out
-    finally:
-        DEPTH.value -= 1
-
-
-def _node_target(out: Any, args: tuple, inplace: bool) -> Optional[torch.Tensor]:
+def node_target(out: Any, args: tuple, inplace: bool) -> Optional[torch.Tensor]:
+    """The tensor whose autograd node sees this call's gradients (node strategy), or None."""
     if inplace:
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         return first if first is not None and first.requires_grad else None

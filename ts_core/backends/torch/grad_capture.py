@@ -11,11 +11,12 @@ Two strategies:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+from typing import Any, List, Optional
 
 import torch
 
 from .._depth import internal
+from ..grad_record import GradRecord
 from ..structure import leaves, map_leaves
 
 
@@ -39,18 +40,10 @@ def _replace(obj: Any, swap: dict) -> Any:
     return map_leaves(obj, lambda v: swap.get(id(v), v) if isinstance(v, torch.Tensor) else v)
 
 
-class GradCapture:
+class GradCapture(GradRecord):
     """Collects one call's gradients, then hands them to ``emit(grads_of_outputs, grads_of_inputs)``."""
 
-    __slots__ = ("emit", "n_in", "out_grads", "expected", "received", "done", "tapped")
-
-    def __init__(self, emit: Callable[[list, list], None]):
-        self.emit = emit
-        self.out_grads: List[Any] = []
-        self.expected = 0
-        self.received = 0
-        self.done = False
-        self.tapped = False
+    __slots__ = ("n_in",)
 
     # -- tap strategy -------------------------------------------------------------------
     def tap_inputs(self, args: tuple, kwargs: dict):
@@ -78,15 +71,12 @@ class GradCapture:
     def _out_hook(self, i: int):
         def hook(grad):
             with internal():
-                self.out_grads[i] = grad
-                self.received += 1
-                if not self.tapped and self.received == self.expected:
-                    self._finish([])
+                self.output_grad(i, grad)
         return hook
 
     def _on_input_grads(self, grads) -> None:
         with internal():
-            self._finish(list(grads))
+            self.finish(list(grads))
 
     # -- node strategy ------------------------------------------------------------------
     def watch_node(self, target: Optional[torch.Tensor]) -> None:
@@ -98,10 +88,5 @@ class GradCapture:
         def hook(grad_inputs, grad_outputs):
             with internal():
                 self.out_grads = list(grad_outputs)
-                self._finish([g for g in grad_inputs if g is not None])
+                self.finish([g for g in grad_inputs if g is not None])
         node.register_hook(hook)
-
-    def _finish(self, in_grads: list) -> None:
-        if not self.done:
-            self.done = True
-            self.emit(self.out_grads, in_grads)

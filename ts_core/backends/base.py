@@ -1,0 +1,332 @@
+"""The backend contract: everything a framework backend does the same way lives here.
+
+The base owns the decisions and the flow: which levels wrap APIs and which hook modules, the
+model-type check, installing and closing, custom API registration, the body of every API
+wrapper and of every module pre/post hook, debug-level gradient saves and parameter-gradient
+capture. A framework backend (``torch/``, ``mindspore/``) sets a few class attributes and
+implements the ``*_impl`` methods: what its modules, parameters, gradient taps and ranks look
+like. The debugger talks to a backend only through the public methods declared here.
+"""
+from __future__ import annotations
+
+import abc
+import functools
+from typing import Any, Callable, ClassVar, Dict, Iterator, Optional, Tuple, Type
+
+from ._depth import DEPTH, internal
+from .hook_set import HookSet
+from .patching import ApiPatcher
+from .structure import leaves
+
+API_LEVELS = ("L1", "mix")        # levels that wrap framework APIs
+MODULE_LEVELS = ("L0", "mix")     # levels that hook the model's modules / Cells
+
+
+def is_inplace(name: str, kwargs: dict) -> bool:
+    """Does the API `name` write into its first argument (``add_``, ``__iadd__``, ``out=``)?"""
+    if name.startswith("__i") or name == "__setitem__":
+        return True
+    if name.endswith("_") and not name.endswith("__"):
+        return True
+    return bool(kwargs.get("inplace")) or kwargs.get("out") is not None
+
+
+class Backend(abc.ABC):
+    """One debugger's hooks into one framework; a subclass per framework (see the module doc)."""
+
+    adapter_class: ClassVar[type]               # the collector's TensorAdapter (its .framework names us)
+    skip_dirs: ClassVar[Tuple[str, ...]]        # framework folders left out of stack.json
+    api_patcher_class: ClassVar[Type[ApiPatcher]]     # which APIs exist and how they are wrapped
+    model_type_name: ClassVar[str]              # for errors: "torch.nn.Module"
+    module_prefix: ClassVar[str]                # record keys of modules: "Module" / "Cell"
+
+    def __init__(self, cfg: Any, collector: Any, switch: Any):
+        self.cfg = cfg
+        self.collector = collector
+        self.switch = switch
+        self.want_backward = bool(collector.want["backward", "input"] or collector.want["backward", "output"])
+        self.hooks = HookSet(collector)
+        self.apis = self.api_patcher_class(self.run_api, switch)
+        self._aliasing = self.apis.aliasing
+        self._collective_prefixes = self.apis.collective_prefixes
+        self._apis_installed = False
+
+    @property
+    def framework(self) -> str:
+        """The framework as dump.json names it: ``pytorch`` / ``mindspore``."""
+        return self.adapter_class.framework
+
+    # -- what the level asks for ------------------------------------------------------------
+    @property
+    def wraps_apis(self) -> bool:
+        return self.cfg.level in API_LEVELS
+
+    @property
+    def hooks_modules(self) -> bool:
+        return self.cfg.level in MODULE_LEVELS
+
+    def needs_model(self, model: Any) -> bool:
+        """True when the level records modules but none is hooked and `model` is None."""
+        return self.hooks_modules and model is None and not self.hooks.hooked
+
+    def is_hooked(self, model: Any = None) -> bool:
+        """Whether `model` (with None: any model) carries this backend's module hooks."""
+        return bool(self.hooks.hooked) if model is None else model in self.hooks.hooked
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def install(self, model: Any = None) -> None:
+        """Wrap the APIs the level asks for (once) and hook `model` (a model or a list of them)."""
+        self._check_runtime_impl()
+        if self.wraps_apis and not self._apis_installed:
+            self.apis.install()
+            self._apis_installed = True
+        if model is None:
+            return
+        models = model if isinstance(model, (list, tuple)) else [model]
+        for i, m in enumerate(models):
+            if not self._is_model_impl(m):
+                raise TypeError(f"start(model=...) expects {self.model_type_name}, got {type(m).__name__}")
+            if self.hooks_modules:
+                self._hook_model(m, index=i if len(models) > 1 else None)
+            if self.wraps_apis:
+                self._wrap_model_calls_impl(m)
+
+    def watch_iterations(self, model: Any, on_begin: Callable[[], None], on_end: Callable[[], None]) -> None:
+        """Call on_begin/on_end around every forward of the root model (token ranges)."""
+        self.hooks.handles.append(model.register_forward_pre_hook(lambda m, a: on_begin()))
+        self.hooks.handles.append(model.register_forward_hook(lambda m, a, o: on_end(), always_call=True))
+
+    def new_step(self) -> None:
+        self.hooks.reset()
+        self._new_step_impl()
+
+    def end_step(self) -> None:
+        """The step's collection pauses: complete what backward left open, record parameter gradients."""
+        with internal():
+            self._end_step_impl()
+            self.hooks.emit_param_grads()
+
+    def capture_param_grads(self) -> None:
+        """Take ``parameters_grad`` from the hooked parameters' current accumulated gradients
+        (the latest value wins). A framework whose parameters carry no accumulated gradient
+        (MindSpore: gradients are returned, not stored) keeps what its hooks saw."""
+        with internal():
+            for base, pname, param in self.hooks.watched_params():
+                self._on_param_grad(base, pname, self._accumulated_grad_impl(param))
+
+    def rank(self) -> Optional[int]:
+        """This process's rank in the framework's distributed group; None when not distributed."""
+        return self._rank_impl()
+
+    def register_custom_api(self, module: Any, api_name: str, api_prefix: Optional[str] = None) -> None:
+        self.apis.register(module, api_name, api_prefix)
+
+    def restore_custom_api(self, module: Any, api_name: str) -> None:
+        self.apis.unregister(module, api_name)
+
+    def close(self) -> None:
+        """Restore every patched function and remove every hook."""
+        self.apis.restore()
+        self._close_impl()
+        self.hooks.remove()
+        self._apis_installed = False
+
+    # -- debug level --------------------------------------------------------------------------
+    def save_backward(self, key: str, variable: Any) -> None:
+        """Debug-level save: record the gradients of `variable`'s tensors (the first complete
+        set) under `key` when backward delivers them."""
+        is_tensor = self.collector.adapter.is_tensor
+        tensors = [t for t in leaves(variable, is_tensor, []) if self._may_get_grad_impl(t)]
+        if not tensors or not self._grad_recording_impl():
+            return
+        grads: Dict[int, Any] = {}
+        col = self.collector
+
+        def make_hook(i: int) -> Callable[[Any], None]:
+            def hook(grad: Any) -> None:
+                with internal():
+                    if i in grads:
+                        return None
+                    grads[i] = grad
+                    if len(grads) == len(tensors):
+                        ordered = [grads[j] for j in range(len(tensors))]
+                        col.save_value(key, ordered[0] if is_tensor(variable) else ordered)
+                return None
+            return hook
+
+        for i, t in enumerate(tensors):
+            t.register_hook(make_hook(i))
+
+    # -- the API wrapper's body (L1) ----------------------------------------------------------
+    def run_api(self, orig: Callable, base: str, name: str, args: tuple, kwargs: dict,
+                inplace: Optional[bool] = None) -> Any:
+        """Record one API call: inputs before it runs, outputs after, gradients when they come.
+        `inplace` None: decided from the name and arguments."""
+        DEPTH.value += 1
+        try:
+            col = self.collector
+            call = col.begin(base, is_module=False)
+            if not call.selected:
+                try:
+                    return orig(*args, **kwargs)
+                finally:
+                    col.end(call)
+            capture = self._new_capture(call)
+            run_args, run_kwargs = args, kwargs
+            if capture is not None:
+                if inplace is None:
+                    inplace = is_inplace(name, kwargs)
+                if not inplace and name not in self._aliasing and not base.startswith(self._collective_prefixes):
+                    # Tap before summarising, so the tap never waits for the statistics ops.
+                    run_args, run_kwargs = capture.tap_inputs(args, kwargs)
+            col.forward_inputs(call, args, kwargs)
+            try:
+                out = orig(*run_args, **run_kwargs)      # still at depth > 0: nested APIs are not recorded
+            finally:
+                col.end(call)
+            if capture is not None:
+                self._watch_api_outputs_impl(capture, out, run_args, run_kwargs, bool(inplace))
+            col.forward_outputs(call, out)
+            return out
+        finally:
+            DEPTH.value -= 1
+
+    # -- module hooks (L0) --------------------------------------------------------------------
+    def _hook_model(self, model: Any, index: Optional[int]) -> None:
+        """Hook every submodule of `model` (not `model` itself). Idempotent per model."""
+        if not self.hooks.hooked.add(model):
+            return
+        handles = self.hooks.handles
+        for path, module in self._submodules_impl(model):
+            name = path if index is None else f"{index}.{path}"
+            base = f"{self.module_prefix}.{name}.{type(module).__name__}"
+            handles.append(module.register_forward_pre_hook(
+                functools.partial(self._module_pre, base), with_kwargs=True))
+            handles.append(module.register_forward_hook(
+                functools.partial(self._module_post, base), with_kwargs=True, always_call=True))
+            for pname, param in self._own_parameters_impl(module).items():
+                if getattr(param, "requires_grad", False):
+                    handle = self._hook_param_impl(base, pname, param)
+                    if handle is not None:
+                        handles.append(handle)
+
+    def _module_pre(self, base: str, module: Any, args: tuple, kwargs: dict):
+        if not self.switch.active:
+            return None
+        stack = self.hooks.calls_in_flight(module)
+        if DEPTH.value:
+            stack.append(None)
+            return None
+        col = self.collector
+        with internal():
+            call = col.begin(base, is_module=True)
+            capture = None
+            inplace = False
+            run_args, run_kwargs = args, kwargs
+            if call.selected:
+                capture = self._new_capture(call)
+                if capture is not None:
+                    inplace = self._module_is_inplace_impl(module)
+                    if not inplace:     # before the statistics ops, as for APIs
+                        run_args, run_kwargs = capture.tap_inputs(args, kwargs)
+                col.forward_inputs(call, args, kwargs)
+            stack.append((call, capture, inplace))
+        return (run_args, run_kwargs) if capture is not None and capture.tapped else None
+
+    def _module_post(self, base: str, module: Any, args: tuple, kwargs: dict, output: Any):
+        entry = self.hooks.finished_call(module)
+        if entry is None:
+            return None
+        call, capture, inplace = entry
+        col = self.collector
+        with internal():
+            try:
+                if call.selected:
+                    if capture is not None:
+                        self._watch_module_outputs_impl(capture, output, args, inplace)
+                    params = self._own_parameters_impl(module)
+                    col.forward_outputs(call, output, params or None)
+            finally:
+                col.end(call)
+        return None
+
+    def _on_param_grad(self, base: str, pname: str, grad: Any) -> None:
+        """A parameter's gradient, from a hook or re-read: summarised while a step folder is open.
+        Returns None (a MindSpore hook's return value would replace the gradient)."""
+        if self.collector.dump is None or grad is None:
+            return None
+        with internal():
+            self.hooks.store_param_grad(base, pname, grad)
+        return None
+
+    def _new_capture(self, call: Any) -> Any:
+        """A gradient capture for `call`, or None when backward is not recorded right now."""
+        if not self.want_backward or not self._grad_recording_impl():
+            return None
+        col = self.collector
+        return self._grad_capture_impl(lambda go, gi: col.backward(call, go, gi))
+
+    # -- what each framework fills in ---------------------------------------------------------
+    @abc.abstractmethod
+    def _is_model_impl(self, model: Any) -> bool:
+        """Is `model` a model of this framework (``nn.Module`` / ``nn.Cell``)?"""
+
+    @abc.abstractmethod
+    def _submodules_impl(self, model: Any) -> Iterator[Tuple[str, Any]]:
+        """(dotted path, submodule) for every submodule of `model`, `model` itself excluded."""
+
+    @abc.abstractmethod
+    def _own_parameters_impl(self, module: Any) -> Dict[str, Any]:
+        """`module`'s own parameters by attribute name (not recursing)."""
+
+    @abc.abstractmethod
+    def _hook_param_impl(self, base: str, pname: str, param: Any) -> Any:
+        """Have `param`'s gradients reach ``_on_param_grad(base, pname, grad)``; returns the
+        hook's removable handle, or None when nothing was hooked."""
+
+    @abc.abstractmethod
+    def _accumulated_grad_impl(self, param: Any) -> Any:
+        """`param`'s current accumulated gradient (None when there is none)."""
+
+    @abc.abstractmethod
+    def _grad_recording_impl(self) -> bool:
+        """Is the framework recording ops for a gradient right now?"""
+
+    @abc.abstractmethod
+    def _grad_capture_impl(self, emit: Callable[[list, list], None]) -> Any:
+        """A new gradient capture (``tap_inputs``, ``tapped``) reporting to `emit`."""
+
+    @abc.abstractmethod
+    def _may_get_grad_impl(self, tensor: Any) -> bool:
+        """Can `tensor` receive a gradient (debug-level ``save``)?"""
+
+    @abc.abstractmethod
+    def _module_is_inplace_impl(self, module: Any) -> bool:
+        """Does `module` overwrite its input (its inputs must then stay the caller's tensors)?"""
+
+    @abc.abstractmethod
+    def _watch_module_outputs_impl(self, capture: Any, output: Any, args: tuple, inplace: bool) -> None:
+        """After a module ran: have `capture` see the gradients of its outputs."""
+
+    @abc.abstractmethod
+    def _watch_api_outputs_impl(self, capture: Any, out: Any, args: tuple, kwargs: dict, inplace: bool) -> None:
+        """After an API ran (with `args`/`kwargs` as it received them): watch its output gradients."""
+
+    @abc.abstractmethod
+    def _rank_impl(self) -> Optional[int]:
+        """See ``rank``."""
+
+    def _check_runtime_impl(self) -> None:
+        """Before installing: warn about a framework mode in which hooks cannot run."""
+
+    def _wrap_model_calls_impl(self, model: Any) -> None:
+        """At API levels: wrap calls that only the model reaches (MindSpore Primitives)."""
+
+    def _new_step_impl(self) -> None:
+        """A new step folder opened: forget per-step state."""
+
+    def _end_step_impl(self) -> None:
+        """Collection pauses: complete backward records that will get nothing more."""
+
+    def _close_impl(self) -> None:
+        """Undo the framework's own patches beyond APIs and hooks."""
