@@ -85,6 +85,7 @@ class Collector:
                             raise_on_error=self.cfg.on_write_error == "raise", warned=self._write_warned)
         if self._idle_flusher is None:
             self._idle_flusher = _IdleFlusher(self)
+        self.summ.reset()
         self.summ.save_tensor = self.dump.save_tensor if tensor_mode else None
         self.summ.link_tensor = self.dump.link_tensor if tensor_mode else None
         self._last_flush = time.monotonic()

@@ -42,6 +42,9 @@ class TensorAdapter(Protocol):
     def describe_other(self, value: Any) -> Optional[dict]:
         """Framework-specific non-tensor values (dtype, device, Size); None if not one."""
 
+    def reset(self) -> None:
+        """A new step: forget per-step caches (statistics of tensors seen unchanged)."""
+
 
 _PLAIN = (bool, int, float, str)
 
@@ -56,7 +59,7 @@ class Summarizer:
         self.save_tensor = save_tensor       # tensor mode: (value name, snapshot) -> file name
         self.pending: List[Tuple[dict, Any, str]] = []
         self.link_tensor: Optional[Callable[[str, str], str]] = None   # (existing file, value name) -> file
-        self._seen: dict = {}          # content key -> (weakref, crc, file), one flush window
+        self._seen: dict = {}          # content key -> (weakref, crc, file), one step folder
 
     def summarize(self, value: Any, name: str) -> Any:
         """Summary of `value`; `name` is the data-name prefix (``KEY.input.0``) for tensor files."""
@@ -93,8 +96,9 @@ class Summarizer:
         return out
 
     def _content(self, t: Any, name: str, out: dict) -> None:
-        """CRC and tensor file. A tensor seen unchanged earlier in this flush window (one call's
-        output is the next call's input) reuses its CRC, and its file is linked, not rewritten."""
+        """CRC and tensor file. A tensor seen unchanged earlier in this step (one call's output is
+        the next call's input; a weight used forward and again by the optimizer) reuses its CRC,
+        and its file is linked, not rewritten."""
         ad = self.adapter
         key_of = getattr(ad, "content_key", None)
         key = key_of(t) if key_of is not None else None
@@ -113,9 +117,13 @@ class Summarizer:
         if key is not None and seen is None:
             self._seen[key] = (weakref.ref(t), out.get("md5"), file_name)
 
+    def reset(self) -> None:
+        """A new step folder: nothing seen yet (links never cross folders)."""
+        self._seen.clear()
+        self.adapter.reset()
+
     def resolve(self) -> None:
         """Fill every pending statistic with one host transfer."""
-        self._seen.clear()
         n = len(self.pending)          # entries appended meanwhile (another thread) stay queued
         if not n:
             return

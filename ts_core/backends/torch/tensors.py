@@ -29,8 +29,9 @@ class TorchAdapter:
     framework = "pytorch"
 
     def __init__(self) -> None:
-        # (id, version) -> (weakref, handle): a tensor that is one call's output and the next
-        # call's input has its statistics computed once per flush window.
+        # id -> (weakref, version, handle): a tensor that is one call's output and the next
+        # call's input (or a weight used again by the optimizer) has its statistics computed
+        # once per step.
         self._recent: Dict[int, Tuple[Any, int, Any]] = {}
         self._native = native.Stats() if native.available() else None
 
@@ -76,8 +77,10 @@ class TorchAdapter:
 
     def stats_to_host(self, handles: List[Any]) -> List[List[Optional[float]]]:
         with internal():     # may run on the idle-flush thread, where wrapped APIs would record
-            self._recent.clear()
             return self._stats_to_host(handles)
+
+    def reset(self) -> None:
+        self._recent.clear()
 
     @staticmethod
     def _stats_to_host(handles: List[Any]) -> List[List[Optional[float]]]:
