@@ -109,3 +109,122 @@ def test_module_whose_input_needs_no_grad_still_gets_a_backward_record(dump_root
     rec = load_dump(rank_dir)["data"]["Module.0.Linear.backward.0"]
     assert rec["output"] == []                  # no gradient w.r.t. the data batch
     np.testing.assert_array_equal(_npy(rank_dir, rec["input"][0]), ref_h_grad.numpy())
+
+
+class RMSNorm(torch.nn.Module):
+    """Uses its input three times (x * rsqrt(mean(x * x))), as Llama's RMSNorm does."""
+
+    def forward(self, x):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6)
+
+
+class Residual(torch.nn.Module):
+    """x + norm(x): the norm's input is also used outside the norm, after it."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(333, 333)
+        self.norm = RMSNorm()
+
+    def forward(self, x):
+        h = self.inp(x)
+        return (h + self.norm(h) * 3.0).sin()
+
+
+def _residual_case():
+    torch.manual_seed(3)
+    return Residual(), torch.randn(64, 333)
+
+
+def _grads(model, x):
+    model.zero_grad()
+    model(x).sum().backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_input_used_inside_and_outside_a_module_keeps_its_gradient_bits(dump_root):
+    """An identity node at the norm's input would sum its three contributions apart from the
+    residual's ((r + a) + b) + c -> r + ((a + b) + c): other last bits (the defect of issue 13)."""
+    model, x = _residual_case()
+    ref = _grads(model, x)
+    for level in ("L0", "mix"):
+        dbg = PrecisionDebugger(dump_path=os.path.join(dump_root, level), task="statistics", level=level, step=[0])
+        dbg.start(model)
+        got = _grads(model, x)
+        dbg.stop()
+        dbg.close()
+        assert all(torch.equal(a, b) for a, b in zip(got, ref)), level
+
+
+def test_backward_record_of_a_shared_input_is_the_modules_own_share(dump_root):
+    model, x = _residual_case()
+    # Independent reference: the norm gets its own leaf copy of h, so autograd sums the norm's
+    # share of the gradient on that leaf alone.
+    h = model.inp(x).detach()
+    h_norm = h.clone().requires_grad_()
+    out = model.norm(h_norm)
+    g_out, g_norm_share = torch.autograd.grad((h + out * 3.0).sin().sum(), [out, h_norm])
+
+    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level="L0", step=[0])
+    dbg.start(model)
+    model(x).sum().backward()
+    dbg.stop()
+    dbg.close()
+    rank_dir = os.path.join(dump_root, "step0", "rank")
+    rec = load_dump(rank_dir)["data"]["Module.norm.RMSNorm.backward.0"]
+    np.testing.assert_array_equal(_npy(rank_dir, rec["input"][0]), g_out.numpy())
+    np.testing.assert_array_equal(_npy(rank_dir, rec["output"][0]), g_norm_share.numpy())
+
+
+def test_leaf_input_used_twice_and_a_module_returning_its_input(dump_root):
+    torch.manual_seed(4)
+    x = torch.randn(3, 5, requires_grad=True)
+    model = torch.nn.Sequential(RMSNorm(), torch.nn.Identity())
+    y = RMSNorm()(x)
+    g_y, g_x = torch.autograd.grad(y.pow(3).sum(), [y, x])
+
+    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level="L0", step=[0])
+    dbg.start(model)
+    got_x, = torch.autograd.grad(model(x).pow(3).sum(), [x])
+    dbg.stop()
+    dbg.close()
+    assert torch.equal(got_x, g_x)
+    rank_dir = os.path.join(dump_root, "step0", "rank")
+    data = load_dump(rank_dir)["data"]
+    norm = data["Module.0.RMSNorm.backward.0"]
+    np.testing.assert_array_equal(_npy(rank_dir, norm["output"][0]), g_x.numpy())      # x is a leaf
+    ident = data["Module.1.Identity.backward.0"]                                      # no node of its own
+    np.testing.assert_array_equal(_npy(rank_dir, ident["input"][0]), g_y.numpy())
+    np.testing.assert_array_equal(_npy(rank_dir, ident["output"][0]), g_y.numpy())
+
+
+def test_backward_restricted_to_some_inputs_still_completes_records(dump_root):
+    """autograd.grad w.r.t. one weight skips the nodes that lead elsewhere: a record whose
+    input's consumers do not all run is completed when the backward pass ends."""
+    torch.manual_seed(5)
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.a(x) * self.b(x)
+
+    model = torch.nn.Sequential(Two())
+    x = torch.randn(2, 4, requires_grad=True)
+    out = model(x)
+    ref_out, ref_w = torch.autograd.grad(out.sum(), [out, model[0].a.weight])
+    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level="L0", step=[0])
+    dbg.start(model)
+    got, = torch.autograd.grad(model(x).sum(), [model[0].a.weight])
+    dbg.stop()
+    dbg.close()
+    assert torch.equal(got, ref_w)
+    rank_dir = os.path.join(dump_root, "step0", "rank")
+    data = load_dump(rank_dir)["data"]
+    assert "Module.0.a.Linear.backward.0" in data
+    assert "Module.0.b.Linear.backward.0" not in data        # no gradient reached b
+    two = data["Module.0.Two.backward.0"]                     # b's node never ran: completed at the end
+    np.testing.assert_array_equal(_npy(rank_dir, two["input"][0]), ref_out.numpy())
+    assert two["output"] == [None]                            # x's gradient was not computed

@@ -83,13 +83,13 @@ def run_api(collector, orig: Callable, base: str, name: str, args: tuple, kwargs
             capture = GradCapture(lambda go, gi: collector.backward(call, go, gi))
             inplace = is_inplace(name, kwargs)
             if not inplace and name not in ALIASING and not base.startswith("Distributed"):
-                args, kwargs = capture.tap_inputs(args, kwargs)
+                capture.watch_inputs(args, kwargs)
         try:
             out = orig(*args, **kwargs)      # still at depth > 0: nested APIs are not recorded
         finally:
             collector.end(call)
         if capture is not None:
-            if capture.tapped:
+            if capture.watching:
                 capture.watch_outputs(out)
             else:
                 capture.watch_node(_node_target(out, args, inplace))

@@ -1,7 +1,8 @@
 """L0: forward, backward and parameter-gradient records of every submodule.
 
-Backward capture uses the same tap as APIs (see grad_capture) instead of torch's full backward
-hooks, so ``ReLU(inplace=True)`` and in-place ops on module outputs keep working.
+Backward capture watches the graph the module builds (see grad_capture) instead of using torch's
+full backward hooks: no node is added, so gradients keep their bits, and ``ReLU(inplace=True)``
+and in-place ops on module outputs keep working.
 """
 from __future__ import annotations
 
@@ -63,9 +64,9 @@ class ModuleHooks(HookSet):
                 if self.want_backward and torch.is_grad_enabled():
                     capture = GradCapture(lambda go, gi: col.backward(call, go, gi))
                     if not inplace:
-                        args, kwargs = capture.tap_inputs(args, kwargs)
+                        capture.watch_inputs(args, kwargs)
             stack.append((call, capture, inplace))
-        return (args, kwargs) if capture is not None and capture.tapped else None
+        return None
 
     def _post(self, base: str, module, args, kwargs, output):
         stack = self._open.get(id(module))
