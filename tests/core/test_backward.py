@@ -14,6 +14,17 @@ def _npy(rank_dir, summary):
     return np.load(os.path.join(rank_dir, "dump_tensor_data", summary["data_name"]))
 
 
+def _l0_tensor_dump(dump_root, model, run):
+    """`run()` with an L0 tensor-mode debugger on `model`; returns (its result, rank dir, records)."""
+    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level="L0", step=[0])
+    dbg.start(model)
+    result = run()
+    dbg.stop()
+    dbg.close()
+    rank_dir = os.path.join(dump_root, "step0", "rank")
+    return result, rank_dir, load_dump(rank_dir)["data"]
+
+
 def test_module_and_api_backward_equal_autograd(dump_root):
     torch.manual_seed(0)
     model = MLP()
@@ -100,13 +111,8 @@ def test_module_whose_input_needs_no_grad_still_gets_a_backward_record(dump_root
     x = torch.randn(2, 4)                       # a data batch: no grad
     h = model[0](x)
     ref_h_grad, = torch.autograd.grad(model[2](model[1](h.clone())).sum(), [h])
-    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level="L0", step=[0])
-    dbg.start(model)
-    model(x).sum().backward()
-    dbg.stop()
-    dbg.close()
-    rank_dir = os.path.join(dump_root, "step0", "rank")
-    rec = load_dump(rank_dir)["data"]["Module.0.Linear.backward.0"]
+    _, rank_dir, data = _l0_tensor_dump(dump_root, model, lambda: model(x).sum().backward())
+    rec = data["Module.0.Linear.backward.0"]
     assert rec["output"] == []                  # no gradient w.r.t. the data batch
     np.testing.assert_array_equal(_npy(rank_dir, rec["input"][0]), ref_h_grad.numpy())
 
@@ -165,13 +171,8 @@ def test_backward_record_of_a_shared_input_is_the_modules_own_share(dump_root):
     out = model.norm(h_norm)
     g_out, g_norm_share = torch.autograd.grad((h + out * 3.0).sin().sum(), [out, h_norm])
 
-    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level="L0", step=[0])
-    dbg.start(model)
-    model(x).sum().backward()
-    dbg.stop()
-    dbg.close()
-    rank_dir = os.path.join(dump_root, "step0", "rank")
-    rec = load_dump(rank_dir)["data"]["Module.norm.RMSNorm.backward.0"]
+    _, rank_dir, data = _l0_tensor_dump(dump_root, model, lambda: model(x).sum().backward())
+    rec = data["Module.norm.RMSNorm.backward.0"]
     np.testing.assert_array_equal(_npy(rank_dir, rec["input"][0]), g_out.numpy())
     np.testing.assert_array_equal(_npy(rank_dir, rec["output"][0]), g_norm_share.numpy())
 
@@ -183,14 +184,9 @@ def test_leaf_input_used_twice_and_a_module_returning_its_input(dump_root):
     y = RMSNorm()(x)
     g_y, g_x = torch.autograd.grad(y.pow(3).sum(), [y, x])
 
-    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level="L0", step=[0])
-    dbg.start(model)
-    got_x, = torch.autograd.grad(model(x).pow(3).sum(), [x])
-    dbg.stop()
-    dbg.close()
+    (got_x,), rank_dir, data = _l0_tensor_dump(dump_root, model,
+                                               lambda: torch.autograd.grad(model(x).pow(3).sum(), [x]))
     assert torch.equal(got_x, g_x)
-    rank_dir = os.path.join(dump_root, "step0", "rank")
-    data = load_dump(rank_dir)["data"]
     norm = data["Module.0.RMSNorm.backward.0"]
     np.testing.assert_array_equal(_npy(rank_dir, norm["output"][0]), g_x.numpy())      # x is a leaf
     ident = data["Module.1.Identity.backward.0"]                                      # no node of its own
@@ -215,14 +211,9 @@ def test_backward_restricted_to_some_inputs_still_completes_records(dump_root):
     x = torch.randn(2, 4, requires_grad=True)
     out = model(x)
     ref_out, ref_w = torch.autograd.grad(out.sum(), [out, model[0].a.weight])
-    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level="L0", step=[0])
-    dbg.start(model)
-    got, = torch.autograd.grad(model(x).sum(), [model[0].a.weight])
-    dbg.stop()
-    dbg.close()
+    (got,), rank_dir, data = _l0_tensor_dump(dump_root, model,
+                                             lambda: torch.autograd.grad(model(x).sum(), [model[0].a.weight]))
     assert torch.equal(got, ref_w)
-    rank_dir = os.path.join(dump_root, "step0", "rank")
-    data = load_dump(rank_dir)["data"]
     assert "Module.0.a.Linear.backward.0" in data
     assert "Module.0.b.Linear.backward.0" not in data        # no gradient reached b
     two = data["Module.0.Two.backward.0"]                     # b's node never ran: completed at the end

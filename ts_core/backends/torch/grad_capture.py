@@ -113,10 +113,12 @@ class GradCapture:
             hooked.append(i)
         consumers = self._consumers(roots + self._mutated()) if self.watching else []
         self._release()
-        self._wait = len(consumers) + len(identity) or len(hooked)
+        # Complete when the last consumer (or returned input) has its gradient; a call that
+        # feeds no input of its own completes with its outputs' gradients.
+        outputs_complete = not (consumers or identity)
+        self._wait = len(hooked) if outputs_complete else len(consumers) + len(identity)
         for i in hooked:
-            outs[i].register_hook(self._out_hook(i, identity.get(i), counts=bool(
-                i in identity or not (consumers or identity))))
+            outs[i].register_hook(self._out_hook(i, identity.get(i), counts=outputs_complete or i in identity))
         for node, slots in consumers:
             node.register_hook(self._consumer_hook(slots))
         if self._wait == 0:
