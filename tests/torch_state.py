@@ -36,13 +36,19 @@ def surface_changes(before: dict, after: dict) -> list:
     return sorted(changed)
 
 
+def hooks_on(model) -> list:
+    """``(module path, kind, hook)`` for every hook on `model`'s modules and parameters."""
+    found = []
+    for path, m in model.named_modules():
+        for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+            found += [(path, kind, h) for h in getattr(m, kind).values()]
+        for name, p in m.named_parameters(recurse=False):
+            for kind in ("_post_accumulate_grad_hooks", "_backward_hooks"):
+                where = f"{path}.{name}" if path else name
+                found += [(where, kind, h) for h in (getattr(p, kind, None) or {}).values()]
+    return found
+
+
 def hook_count(model) -> int:
     """Hooks on `model`'s modules and parameters (tsprobe's or anyone's)."""
-    n = 0
-    for m in model.modules():
-        n += len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) + \
-            len(m._backward_pre_hooks)
-        for p in m.parameters(recurse=False):
-            n += len(getattr(p, "_post_accumulate_grad_hooks", None) or {})
-            n += len(getattr(p, "_backward_hooks", None) or {})
-    return n
+    return len(hooks_on(model))

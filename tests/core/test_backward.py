@@ -219,3 +219,44 @@ def test_backward_restricted_to_some_inputs_still_completes_records(dump_root):
     two = data["Module.0.Two.backward.0"]                     # b's node never ran: completed at the end
     np.testing.assert_array_equal(_npy(rank_dir, two["input"][0]), ref_out.numpy())
     assert two["output"] == [None]                            # x's gradient was not computed
+
+
+def test_parameter_returned_or_saved_as_is_gets_records_and_keeps_no_hook(dump_root):
+    """A hook on a parameter would outlive the step (and pile up, one per step); hooks on
+    leaves are released at the next step and at close()."""
+    from ..torch_state import hooks_on
+
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(3))
+            self.same = torch.nn.Identity()
+
+        def forward(self, x):
+            return x * self.same(self.w)
+
+    torch.manual_seed(6)
+    model, x = Scale(), torch.randn(4, 3)
+    for level in ("mix", "debug"):
+        root = os.path.join(dump_root, level)
+        dbg = PrecisionDebugger(dump_path=root, task="tensor", level=level, step=[0, 1])
+        for _ in range(2):
+            dbg.start(model)
+            if level == "debug":
+                dbg.save(model.w, "w")
+            model.zero_grad()
+            model(x).sum().backward()
+            dbg.stop()
+            assert len([h for h in hooks_on(model) if h[0] == "w"]) == 1   # this step's only, released at the next
+            dbg.step()
+        dbg.close()
+        assert hooks_on(model) == []
+        rank_dir = os.path.join(root, "step1", "rank")
+        data = load_dump(rank_dir)["data"]
+        if level == "debug":
+            grads = [k for k in data if k.startswith("w_grad.")]
+            assert len(grads) == 1                  # not one more per earlier step's hook
+            rec = data[grads[0]]
+        else:
+            rec = data["Module.same.Identity.backward.0"]["output"][0]
+        np.testing.assert_array_equal(_npy(rank_dir, rec), x.sum(0).numpy())

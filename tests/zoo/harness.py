@@ -61,8 +61,8 @@ def watch_leaves_of(model: torch.nn.Module, calls: Dict[str, List[bool]]) -> lis
             flags.append(False)
             outs = output if isinstance(output, (tuple, list)) else (output,)
             for t in outs:
-                if isinstance(t, torch.Tensor) and t.requires_grad:
-                    t.register_hook(lambda g, i=i: flags.__setitem__(i, True))
+                if isinstance(t, torch.Tensor) and t.requires_grad:     # removed with the others:
+                    handles.append(t.register_hook(lambda g, i=i: flags.__setitem__(i, True)))  # t may be a parameter
         handles.append(module.register_forward_hook(post))
     return handles
 

@@ -16,7 +16,7 @@ from ts_core import PrecisionDebugger
 from ts_core.compare import compare
 from ts_core.compare.verdict import PASS
 
-from ..torch_state import hook_count, surface_changes, torch_surface
+from ..torch_state import hooks_on, surface_changes, torch_surface
 from .harness import differences, train_step
 from .models import ARCHS
 from .records import missing_leaf_records, rank_data
@@ -32,7 +32,7 @@ def test_mix_tensor_step_is_bit_identical_recorded_and_restored(arch, tmp_path):
         got = train_step(arch, dbg, watch_leaves=True)
         dbg.close()
         assert differences(ref, got) == []
-        assert hook_count(got.model) == 0
+        assert hooks_on(got.model) == []
         assert surface_changes(before, torch_surface()) == []
         runs.append(got)
 

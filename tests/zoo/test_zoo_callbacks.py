@@ -13,7 +13,7 @@ import torch
 from ts_core.compare import compare
 from ts_core.compare.verdict import PASS
 
-from ..torch_state import hook_count, surface_changes, torch_surface
+from ..torch_state import hooks_on, surface_changes, torch_surface
 from .harness import StepResult, differences, watch_leaves_of
 from .models import BATCH, build
 from .records import missing_leaf_records, rank_data
@@ -126,7 +126,7 @@ def test_callback_step_is_bit_identical_recorded_and_restored(runner, arch, tmp_
     for name in ("a", "b"):
         got = runner(arch, str(tmp_path / f"run_{name}"), dump_path=str(tmp_path / name))
         assert differences(ref, got) == []
-        assert hook_count(got.model) == 0
+        assert hooks_on(got.model) == []
         assert surface_changes(before, torch_surface()) == []
         dumps.append(got)
     data = rank_data(str(tmp_path / "a"))

@@ -8,7 +8,7 @@ import torch
 
 from .._depth import internal
 from .api_hooks import ApiPatcher, run_api
-from .grad_capture import flat_tensors
+from .grad_capture import flat_tensors, hook_grad, release_leaf_hooks
 from .module_hooks import ModuleHooks
 from .tensors import TorchAdapter
 
@@ -69,7 +69,7 @@ class TorchBackend:
             return hook
 
         for i, t in enumerate(tensors):
-            t.register_hook(make_hook(i))
+            hook_grad(t, make_hook(i))
 
     def capture_param_grads(self) -> None:
         with internal():
@@ -81,6 +81,7 @@ class TorchBackend:
 
     def new_step(self) -> None:
         self.modules.reset()
+        release_leaf_hooks()
 
     @staticmethod
     def rank() -> Optional[int]:
@@ -98,4 +99,5 @@ class TorchBackend:
     def close(self) -> None:
         self.apis.restore()
         self.modules.remove()
+        release_leaf_hooks()
         self._apis_installed = False

@@ -45,6 +45,25 @@ def flat_tensors(obj: Any, out: List[torch.Tensor]) -> List[torch.Tensor]:
     return leaves(obj, lambda v: isinstance(v, torch.Tensor), out)
 
 
+_LEAF_HOOKS: Dict[int, Any] = {}          # hooks on leaf tensors, by id of their handle
+
+
+def hook_grad(t: torch.Tensor, fn: Callable[[torch.Tensor], None]) -> None:
+    """``fn(grad)`` when `t`'s gradient arrives. A hook on a non-leaf lives on its graph node and
+    goes away with the graph; one on a leaf (a parameter a call returned, or ``save()`` was given,
+    as is) would stay on the parameter for good: those are removed by ``release_leaf_hooks``."""
+    handle = t.register_hook(fn)
+    if t.grad_fn is None:
+        _LEAF_HOOKS[id(handle)] = handle
+
+
+def release_leaf_hooks() -> None:
+    """Remove every hook ``hook_grad`` put on a leaf (at the next step, and at close)."""
+    for handle in list(_LEAF_HOOKS.values()):
+        handle.remove()
+    _LEAF_HOOKS.clear()
+
+
 class GradCapture:
     """Collects one call's gradients, then hands them to ``emit(grads_of_outputs, grads_of_inputs)``."""
 
@@ -118,7 +137,7 @@ class GradCapture:
         outputs_complete = not (consumers or identity)
         self._wait = len(hooked) if outputs_complete else len(consumers) + len(identity)
         for i in hooked:
-            outs[i].register_hook(self._out_hook(i, identity.get(i), counts=outputs_complete or i in identity))
+            hook_grad(outs[i], self._out_hook(i, identity.get(i), counts=outputs_complete or i in identity))
         for node, slots in consumers:
             node.register_hook(self._consumer_hook(slots))
         if self._wait == 0:
