@@ -86,6 +86,38 @@ def describe_named(o) -> str:
             f"- {str(fd.get('reason', ''))[:120]}")
 
 
+def miss_cause(o) -> str:
+    """A coarse, automatic label for why a case failed, read off the compare result (for
+    grouping the listing; the JSON has the details)."""
+    c, s, fd = o.case, o.score, o.first_divergence
+    if o.error:
+        return "crash"
+    if fd is None:
+        return "error rows but no first divergence" if c.clean else "nothing named"
+    if c.clean:
+        if "only in" in str(fd.get("reason", "")):
+            return "clean: names a call present on one side only"
+        return "clean: names a call whose values differ (float noise / other decomposition / pairing)"
+    named = s.get("named") or {}
+    if s.get("order") == "after backward":
+        return "names an optimizer call"
+    if named.get("calls") and all(call["module"] is None for call in named["calls"]) and not named.get("module_record"):
+        return "names a call with no module"
+    if fd.get("direction") == "backward" and c.place.direction == "forward":
+        return "names a backward call for a forward bug"
+    mods = named.get("modules", [])
+    if s.get("module_ok") is False or (c.level == "L1" and not any(call["module"] in c.place.modules
+                                                                   for call in named.get("calls", []))):
+        if any(m.startswith(e + ".") or (e == "" and m) for m in mods for e in c.place.modules):
+            return "names a submodule instead of the module whose own code holds the bug"
+        if any(e.startswith(m + ".") or (m == "" and e) for m in mods for e in c.place.modules):
+            return "names an enclosing module"
+        return "names another module"
+    if "only in" in str(fd.get("reason", "")):
+        return "right module; names a call present on one side only"
+    return "right module, another op"
+
+
 def misses(outcomes) -> str:
     lines = []
     for o in outcomes:
@@ -94,13 +126,28 @@ def misses(outcomes) -> str:
         c = o.case
         exp = "no divergence" if c.clean else (f"module {'|'.join(m or '<model>' for m in c.place.modules)}"
                                               + (f", op {'|'.join(c.place.ops)}" if c.level != "L0" else ""))
-        lines.append(f"- {c.id}: expected {exp}\n    named: {describe_named(o)}")
+        lines.append(f"- {c.id}: expected {exp}\n    [{miss_cause(o)}] named: {describe_named(o)}")
+    return "\n".join(lines) if lines else "(none)"
+
+
+def cause_counts(outcomes) -> str:
+    counts = defaultdict(lambda: defaultdict(int))
+    for o in outcomes:
+        if not o.score.get("ok"):
+            counts[miss_cause(o)][f"{o.case.pair} {o.case.level}"] += 1
+    lines = []
+    for cause, by in sorted(counts.items(), key=lambda kv: -sum(kv[1].values())):
+        lines.append(f"{sum(by.values()):4d}  {cause}  ({', '.join(f'{k}: {v}' for k, v in sorted(by.items()))})")
     return "\n".join(lines) if lines else "(none)"
 
 
 def write_json(path: str, outcomes, options: Dict, seconds: float) -> None:
     from ts_core.dumpfmt import json_safe, write_json_atomic
 
-    doc = {"options": options, "seconds": round(seconds, 1), "table": summary_rows(outcomes),
-           "cases": [o.to_dict() for o in outcomes]}
+    cases = []
+    for o in outcomes:
+        d = o.to_dict()
+        d["miss_cause"] = None if o.score.get("ok") else miss_cause(o)
+        cases.append(d)
+    doc = {"options": options, "seconds": round(seconds, 1), "table": summary_rows(outcomes), "cases": cases}
     write_json_atomic(path, json_safe(doc))

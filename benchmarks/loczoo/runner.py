@@ -42,7 +42,7 @@ class Options:
     bugs: Optional[Tuple[str, ...]] = None
     tasks: Tuple[str, ...] = ("tensor",)
     quick: bool = False
-    optimizer: str = "adamw"
+    optimizer: str = "sgd"
     workdir: str = ""
     progress: bool = True
 

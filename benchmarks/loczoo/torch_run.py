@@ -63,7 +63,20 @@ def loss_of(family: Family, model: nn.Module, inputs) -> Tuple[torch.Tensor, tor
 
 
 
-def run(family_name: str, variant: str, level: str, task: str, dump_path: str, optimizer: str = "adamw",
+def make_optimizer(name: str, model: nn.Module):
+    """The optimizer stepped inside the dumped step (its ops are recorded at L1/mix, as in a
+    user's loop): sgd = SGD with momentum and weight decay (3 recorded ops per parameter),
+    adamw = AdamW (about 10 per parameter: slower to dump and compare), none."""
+    if name == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9, weight_decay=0.01)
+    if name == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=1e-3)
+    if name == "none":
+        return None
+    raise ValueError(f"optimizer {name!r}: choose sgd, adamw or none")
+
+
+def run(family_name: str, variant: str, level: str, task: str, dump_path: str, optimizer: str = "sgd",
         edit: Optional[WeightEdit] = None, state: Optional[Dict[str, np.ndarray]] = None) -> Tuple[str, Dict[str, np.ndarray]]:
     """Dump one step of ``variant`` of a family; returns (rank dir, signature)."""
     from ts_core import PrecisionDebugger
@@ -73,17 +86,19 @@ def run(family_name: str, variant: str, level: str, task: str, dump_path: str, o
     net = build(family, variant, state, edit)
     model = Harness(net)
     inputs = [torch.from_numpy(a) for a in family.inputs()]
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3) if optimizer == "adamw" else None
+    opt = make_optimizer(optimizer, model)
     sig = {f"param:{k}": v.detach().numpy().copy() for k, v in net.state_dict().items()}
     dbg = PrecisionDebugger(dump_path=dump_path, task=task, level=level, step=[0], framework="pytorch")
     try:
         dbg.start(model)
         loss, out = loss_of(family, model, inputs)
         loss.backward()
+        dbg.set_collecting(False)     # the harness's own reads must not be recorded
         sig["loss:"] = np.array(loss.detach().float().numpy())
         sig["out:"] = out.detach().float().numpy().copy()
         sig.update({f"grad:{k}": p.grad.detach().float().numpy().copy()
                     for k, p in net.named_parameters() if p.grad is not None})
+        dbg.set_collecting(True)
         if opt is not None:
             opt.step()
             opt.zero_grad()

@@ -572,7 +572,8 @@ def _hf_bert(v: str):
     cfg = BertConfig(vocab_size=64, hidden_size=D, num_hidden_layers=2, num_attention_heads=HEADS,
                      intermediate_size=2 * D, max_position_embeddings=16, hidden_dropout_prob=0.0,
                      attention_probs_dropout_prob=0.0, layer_norm_eps=EPS_BUG if v == "wrong_eps" else 1e-12,
-                     hidden_act="gelu_pytorch_tanh" if v == "gelu_tanh" else "gelu")
+                     hidden_act="gelu_pytorch_tanh" if v == "gelu_tanh" else "gelu",
+                     initializer_range=0.3)         # O(1) activations: a GELU approximation is visible
     cfg._attn_implementation = "sdpa" if v == "clean_decomp" else "eager"
     torch.manual_seed(0)
     model = BertModel(cfg, add_pooling_layer=False)
@@ -816,7 +817,10 @@ _family(Family(
            "transposed_weight": P("hf.encoder.layer.1.attention.self.query", LIN, param=True),
            "perturbed_weight": P("hf.encoder.layer.0.attention.output.dense", LIN, param=True),
            "bf16_op": P("hf.encoder.layer.1.output.dense", (LIN, "downcast")),
-           "off_by_one": P(("hf.embeddings", "hf.embeddings.position_embeddings"), ("embedding", "index")),
+           # positions 1..T made by the caller (the family's own forward): its arange, or the
+           # model's first use of them
+           "off_by_one": P(("", "hf.embeddings", "hf.embeddings.position_embeddings"),
+                           ("Torch.arange", "embedding", "index")),
            **CLEAN("same", "decomp")},
     edits={"cancelled_weight_row": WeightEdit("hf.encoder.layer.0.intermediate.dense.weight", "cancel_row"),
            "transposed_weight": WeightEdit("hf.encoder.layer.1.attention.self.query.weight", "transpose"),
