@@ -90,7 +90,8 @@ def build_cases(opts: Options) -> List[Case]:
                 for variant in variants:
                     if not _selected(variant, opts.bugs):
                         continue
-                    place = None if variant.startswith("clean_") else fam.cases[variant]
+                    place = None if variant.startswith("clean_") else (
+                        fam.ms_places.get(variant, fam.cases[variant]) if pair == "torch-ms" else fam.cases[variant])
                     for level in levels:
                         cases.append(Case(pair, fname, variant, level, place, task))
     return cases
@@ -164,19 +165,21 @@ class Runner:
                                 stdout=subprocess.PIPE, stderr=self._ms_log, text=True)
 
     def collect_ms(self, proc: subprocess.Popen) -> None:
-        out, _ = proc.communicate()
-        self._ms_log.close()
         self.ms_failed: Dict[str, str] = {}
-        for line in out.splitlines():
+        for line in proc.stdout:
             if line.startswith("DONE "):
                 d = json.loads(line[5:])
+                self._progress(f"MindSpore dump: {d['id']}")
                 family, variant, level, task = d["id"].split("|")
                 with np.load(d["signature"]) as z:
                     sig = {k: z[k] for k in z.files}
                 self.dumps[("ms", family, variant, level, task)] = (d["rank_dir"], sig)
             elif line.startswith("FAILED "):
                 d = json.loads(line[7:])
+                self._progress(f"MindSpore dump FAILED: {d['id']}: {d['error'][:150]}")
                 self.ms_failed[d["id"]] = d["error"] + "\n" + d.get("trace", "")
+        proc.wait()
+        self._ms_log.close()
         if proc.returncode:
             self.ms_failed["__child__"] = f"MindSpore child exited with {proc.returncode}; see ms_child.log"
 
