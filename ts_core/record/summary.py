@@ -87,9 +87,16 @@ class Summarizer:
         ad = self.adapter
         out = ad.meta(t)                    # field order as msprobe writes it
         handle = ad.stats(t)
-        out.update(Max=None, Min=None, Mean=None, Norm=None)
-        if handle is not None:
-            self.pending.append((out, handle, out["dtype"]))   # filled by resolve()
+        if type(handle) is list:            # already on the host (native kernel): filled now
+            dtype = out["dtype"]
+            out["Max"] = _typed(handle[0], dtype, "Max")
+            out["Min"] = _typed(handle[1], dtype, "Min")
+            out["Mean"] = handle[2]
+            out["Norm"] = handle[3]
+        else:
+            out["Max"] = out["Min"] = out["Mean"] = out["Norm"] = None
+            if handle is not None:
+                self.pending.append((out, handle, out["dtype"]))   # filled by resolve()
         out["requires_grad"] = ad.requires_grad(t)
         if self.md5 or self.save_tensor is not None:
             self._content(t, name, out)
@@ -139,13 +146,19 @@ def _plain(v: Any) -> Any:
     return v if v is None or isinstance(v, _PLAIN) else str(v)
 
 
+_KINDS: dict = {}
+
+
 def _typed(v: Optional[float], dtype: str, field: str) -> Any:
     """Integer/bool tensors keep integer/bool Max and Min, as msprobe writes them."""
     if v is None or v != v or field in ("Mean", "Norm"):
         return v
-    dtype = dtype.lower()           # torch.int64, MindSpore Int32
-    if "bool" in dtype:
+    kind = _KINDS.get(dtype)
+    if kind is None:
+        low = dtype.lower()             # torch.int64, MindSpore Int32
+        kind = _KINDS[dtype] = "bool" if "bool" in low else "int" if "int" in low else "float"
+    if kind == "bool":
         return bool(v)
-    if "int" in dtype and abs(v) < 2**53:
+    if kind == "int" and abs(v) < 2**53:
         return int(v)
     return v
