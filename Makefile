@@ -6,8 +6,11 @@ BIN     := $(VENV)/bin
 PIP     := $(BIN)/python -m pip
 CONSTR  := requirements/constraints.txt
 STAMP   := $(VENV)/.installed
+# mindtorch (seed 002's MSAdapter scenario) needs MindSpore 2.7 / numpy<2: a venv of its own
+MT_VENV  := .venv-mindtorch
+MT_STAMP := $(MT_VENV)/.installed
 
-.PHONY: demo test venv clean
+.PHONY: demo test venv mindtorch-venv clean
 
 venv: $(STAMP)
 
@@ -17,11 +20,17 @@ $(STAMP): pyproject.toml $(CONSTR) requirements/install_vllm.sh Makefile
 	bash requirements/install_vllm.sh $(BIN)/python
 	@touch $(STAMP)
 
+mindtorch-venv: $(MT_STAMP)
+
+$(MT_STAMP): requirements/mindtorch-constraints.txt requirements/install_mindtorch.sh
+	bash requirements/install_mindtorch.sh $(PY) $(MT_VENV)
+	@touch $(MT_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/python recipes/demo.py
 
-test: $(STAMP)
+test: $(STAMP) $(MT_STAMP)
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) demo_output
+	rm -rf $(VENV) $(MT_VENV) demo_output
