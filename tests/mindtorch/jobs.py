@@ -23,6 +23,7 @@ def mindtorch_only_jobs() -> List[dict]:
     return [
         {"id": "detect", "kind": "detect"},
         {"id": "seed002", "kind": "seed002"},
+        {"id": "accumulate", "kind": "accumulate"},
         {"id": "toy_debug", "model": "toy", "level": "debug", "task": "tensor", "steps": STEPS},
         {"id": "toy_none", "model": "toy", "steps": STEPS},              # no debugger: the reference bits
         {"id": "gpt2_none", "model": "gpt2", "steps": 1},

@@ -148,6 +148,28 @@ def detect(torch: Any, root: str) -> dict:
     return out
 
 
+def accumulate(torch: Any, out: str) -> dict:
+    """Two value_and_grad calls per step (gradient accumulation into p.grad), at L0: step 0 as
+    the parameter hooks see it, step 1 re-read with ``record_param_grads()``."""
+    from ts_core import PrecisionDebugger
+
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    x = torch.tensor(np.ones((4, 3), np.float32))
+    step_fn = torch.autograd.value_and_grad(lambda x: net(x).sum(), list(net.parameters()))
+    with PrecisionDebugger(dump_path=out, level="L0", step=[0, 1]) as dbg:
+        for step in range(2):
+            dbg.start(net)
+            step_fn(x)
+            step_fn(x)
+            if step == 1:
+                dbg.record_param_grads()
+            dbg.stop()
+            dbg.step()
+            for p in net.parameters():
+                p.grad = None
+    return {"dump": out}
+
+
 def seed002(out: str) -> dict:
     """Seed 002's example script as written (msprobe's MSAdapter scenario), tsprobe's import in
     place of msprobe's: a torch Net trained through ``mindspore.value_and_grad(grad_position=0)``,
@@ -194,6 +216,7 @@ def main(framework: str, root: str, jobs: list) -> dict:
     torch = setup(framework)
     kinds = {"detect": lambda job: detect(torch, root),
              "seed002": lambda job: seed002(os.path.join(root, framework, job["id"])),
+             "accumulate": lambda job: accumulate(torch, os.path.join(root, framework, job["id"])),
              None: lambda job: run_job(framework, torch, root, job)}
     return {job["id"]: kinds[job.get("kind")](job) for job in jobs}
 

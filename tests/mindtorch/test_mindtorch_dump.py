@@ -192,6 +192,17 @@ def test_a_composite_call_sharing_its_input_may_regroup_a_gradient_sum(runs):
             np.testing.assert_allclose(sa[k], sb[k], rtol=1e-5, atol=1e-7)
 
 
+def test_parameter_gradient_per_backward_or_accumulated(runs):
+    """d sum(W x + b) / d b = the batch size (4) per backward. The parameter hook records each
+    backward's gradient (the last one of the step); record_param_grads() re-reads p.grad, which
+    mindtorch's value_and_grad accumulates over the step's two calls."""
+    dump_root = runs.result("mindtorch", "accumulate")["dump"]
+    grads = [_load(os.path.join(dump_root, f"step{s}", "rank"))["data"]["Module.0.Linear.parameters_grad.0"]
+             for s in (0, 1)]
+    assert [g["bias"][0]["Max"] for g in grads] == [4.0, 8.0]
+    assert [g["weight"][0]["Min"] for g in grads] == [4.0, 8.0]
+
+
 def test_the_scenario_is_detected(runs):
     seen = runs.result("mindtorch", "detect")
     assert seen["module"] == seen["tensor"] == seen["none"] == seen["list"] == "mindtorch"
