@@ -6,9 +6,9 @@ BIN     := $(VENV)/bin
 PIP     := $(BIN)/python -m pip
 CONSTR  := requirements/constraints.txt
 STAMP   := $(VENV)/.installed
-# mindtorch (seed 002's MSAdapter scenario) needs MindSpore 2.7 / numpy<2: a venv of its own
+# mindtorch (seed 002's MSAdapter scenario) needs MindSpore 2.7 / numpy<2: a venv of its own.
+# Its script keeps its own stamp (a hash of the pins), so running it when set up costs a hash.
 MT_VENV  := .venv-mindtorch
-MT_STAMP := $(MT_VENV)/.installed
 
 .PHONY: demo test venv mindtorch-venv clean
 
@@ -20,17 +20,16 @@ $(STAMP): pyproject.toml $(CONSTR) requirements/install_vllm.sh Makefile
 	bash requirements/install_vllm.sh $(BIN)/python
 	@touch $(STAMP)
 
-mindtorch-venv: $(MT_STAMP)
-
-$(MT_STAMP): requirements/mindtorch-constraints.txt requirements/install_mindtorch.sh
+# Built on every machine that can reach the package index; where pip cannot get a pinned wheel
+# the script says why (in $(MT_VENV)/UNBUILDABLE), exits 0, and tests/mindtorch skip quoting it.
+mindtorch-venv:
 	bash requirements/install_mindtorch.sh $(PY) $(MT_VENV)
-	@touch $(MT_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python recipes/demo.py
 
-test: $(STAMP) $(MT_STAMP)
-	$(BIN)/python -m pytest -q
+test: $(STAMP) mindtorch-venv
+	$(BIN)/python -m pytest -q -rs
 
 clean:
 	rm -rf $(VENV) $(MT_VENV) demo_output
