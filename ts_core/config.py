@@ -229,7 +229,7 @@ def validate(flat: Mapping[str, Any]) -> DebuggerConfig:
         if name in v:
             _bool(name, v[name])
     if "framework" in v:
-        _choice("framework", v["framework"], ("", "pytorch", "mindspore"))
+        _choice("framework", v["framework"], ("", "pytorch", "mindspore", "mindtorch"))
     if "on_write_error" in v:
         _choice("on_write_error", v["on_write_error"], ("warn", "raise"))
     if "scope" in v:
