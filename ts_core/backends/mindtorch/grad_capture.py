@@ -35,8 +35,8 @@ from mindspore._c_expression import TensorPy
 from mindspore.common.hook_handle import _TensorHookHandle
 
 from .._depth import internal
-from ..grad_record import GradRecord
 from ..mindspore._runtime import no_grad
+from ..mindspore.grad_capture import GradRecord
 from ..mindspore.tensors import FLOATING
 from ..structure import leaves, map_leaves
 
@@ -120,6 +120,15 @@ class GradCapture(GradRecord):
         self.seq = sequencer.number()
         self.last = self.seq                    # the latest capture made before this call returned
         self.in_grads: Dict[int, Any] = {}      # unique input index -> gradient (summed over its uses)
+
+    @property
+    def replaces_inputs(self) -> bool:
+        """The call runs with tapped aliases of its inputs (see ``before_call``)."""
+        return self.tapped
+
+    def before_call(self, args: tuple, kwargs: dict):
+        """The backend flow's hook point before the call: taps on the inputs."""
+        return self.tap_inputs(args, kwargs)
 
     def tap_inputs(self, args: tuple, kwargs: dict):
         """Route each floating tensor occurrence through its own HookBackward; new (args, kwargs)."""
