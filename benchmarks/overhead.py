@@ -93,7 +93,8 @@ def _worker(tool: str, mode: str, steps: int, size: str, out: str) -> None:
                 inodes[(st.st_dev, st.st_ino)] = st.st_size
     size = sum(inodes.values())
     measured = times[WARMUP:]
-    floor = _floor(dump, spec, size / total) if tool == "tsprobe" and spec else 0.0
+    measures_work = tool == "tsprobe" and spec is not None and mode != "not collecting"
+    floor = _floor(dump, spec, size / total) if measures_work else 0.0
     shutil.rmtree(dump, ignore_errors=True)
     with open(out, "w") as f:
         json.dump({"median": statistics.median(measured), "mean": statistics.mean(measured),
