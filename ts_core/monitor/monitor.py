@@ -11,7 +11,8 @@ per-module gradient norm, count of tensors holding NaN/Inf), appends them to
 ``keep_steps`` steps and checks the triggers: NaN/Inf anywhere, a loss spike, a gradient-norm
 spike (spike.py).
 
-On a trigger at step k (up to ``max_captures`` times) every step in the ring buffer is written
+On a trigger at step k (up to ``max_captures`` times, and always at the first NaN/Inf, so that
+an early loss spike does not use up the capture the NaN needs) every step in the ring buffer is written
 as ``dump_path/step{s}/rank{R}/dump.json`` (+ stack.json, construct.json) at level L0, the first
 NaN/Inf of step k is named from that dump exactly as ``tsprobe summary`` names it (record,
 direction, source line), and the debugger then dumps ``after_steps`` more steps with the
@@ -192,7 +193,8 @@ class Monitor:
         capture = None
         if reasons:
             row["trigger"] = reasons
-            if len(self.captures) < o.max_captures:
+            first_nan = "nan" in reasons and not any("nan" in c["reasons"] for c in self.captures)
+            if len(self.captures) < o.max_captures or (first_nan and o.max_captures > 0):
                 capture = self._capture(log, reasons, loss, norm)
                 row["capture"] = {"first": capture["first"], "dumps": capture["dumps"]}
                 if o.on_trigger == "stop":

@@ -44,7 +44,7 @@ class MonitorConfig:
     tensorboard: bool = False                   # scalars through torch.utils.tensorboard
     tensorboard_dir: str = ""                   # "" = dump_path/tensorboard
     on_trigger: str = "continue"                # continue | stop (ask the trainer to stop) | raise
-    max_captures: int = 1                       # triggers that write dumps; later ones only logged
+    max_captures: int = 1                       # triggers that write dumps (+ the first NaN/Inf); 0: none
     after_steps: int = 0                        # dump the N steps after a capture (top-level task/level)
     max_records_per_step: int = 20000           # memory bound of one buffered step
 
