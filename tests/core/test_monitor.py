@@ -327,3 +327,23 @@ def test_monitor_section_from_a_json_config(tmp_path, monkeypatch):
     dbg.close()
     assert [c["step"] for c in caps] == [1]
     assert sorted(os.listdir(tmp_path / "d")) == ["monitor.jsonl", "step0", "step1"]
+
+
+def test_tensorboard_missing_is_a_clear_warning_and_jsonl_goes_on(tmp_path, monkeypatch):
+    import builtins
+
+    monkeypatch.setenv("TSPROBE_QUIET", "1")
+    real_import = builtins.__import__
+
+    def no_tensorboard(name, *args, **kwargs):          # as on a machine without tensorboard
+        if name.startswith("torch.utils.tensorboard"):
+            raise ImportError("No module named 'tensorboard'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
+    torch.manual_seed(0)
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), monitor={"tensorboard": True})
+    with pytest.warns(RuntimeWarning, match="pip install tensorboard"):
+        _train(Net(), dbg, 2)
+    dbg.close()
+    assert [r["step"] for r in _rows(str(tmp_path))] == [0, 1]

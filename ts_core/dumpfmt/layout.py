@@ -3,9 +3,9 @@
 ```
 dump_path/step{N}/rank{R}/        ("rank" without a number when not distributed)
     dump.json  stack.json  construct.json  journal.jsonl (until the step is closed)
-dump_path/monitor.jsonl  dump_path/tensorboard/rank{R}/   (monitor mode)
     token_map.json (token-range inference capture: which rows are which request and token)
     dump_tensor_data/KEY.input.0.npy ...
+dump_path/monitor.jsonl  dump_path/tensorboard/rank{R}/   (monitor mode)
 ```
 msprobe names rank folders ``rank{R}`` too, or ``proc{PID}``; both are read.
 """
