@@ -76,3 +76,32 @@ def test_model_train_nan_caught_named_and_stopped(dump_root):
     assert first["tensor"] == "Cell.scale.Scale.forward.0.output.0"
     assert sorted(d for d in os.listdir(dump_root) if d.startswith("step")) == ["step3", "step4"]
     assert os.path.isfile(os.path.join(dump_root, "step4", "rank", "dump.json"))
+
+
+def test_model_train_bit_identical_with_monitor(dump_root):
+    import mindspore as ms
+
+    rng = np.random.default_rng(1)
+    xs, ys = rng.standard_normal((12, 6)).astype(np.float32), rng.standard_normal((12, 3)).astype(np.float32)
+    params = []
+    for monitored in (False, True):
+        ms.set_seed(0)
+        net, _ = _net_and_poisoner(at=-1)
+        model = train.Model(net, nn.MSELoss(), nn.Momentum(net.trainable_params(), 0.05, 0.9))
+        callbacks = []
+        if monitored:
+            dbg = PrecisionDebugger(dump_path=dump_root, monitor={"backward": True})
+            callbacks.append(integ.MsprobeStep(dbg))
+        data = ds.NumpySlicesDataset({"x": xs, "y": ys}, shuffle=False).batch(2)
+        model.train(1, data, callbacks=callbacks, dataset_sink_mode=False)
+        if monitored:
+            dbg.close()
+        params.append({p.name: p.asnumpy().copy() for p in net.trainable_params()})
+    bare, watched = params
+    assert bare.keys() == watched.keys() and len(bare) == 4
+    for name in bare:
+        assert np.array_equal(bare[name], watched[name]), name
+    with open(os.path.join(dump_root, "monitor.jsonl"), encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    assert len(rows) == 6 and all(r["nonfinite"] == {"forward": 0, "backward": 0, "parameters_grad": 0} for r in rows)
+    assert all(r["grad_norm"] > 0 for r in rows)
