@@ -326,6 +326,17 @@ class Backend(abc.ABC):
         (``always_call``), so a failed call never leaves its record open; returns the handle."""
         return module.register_forward_hook(hook, with_kwargs=with_kwargs, always_call=True)
 
+    def _param_grad_hook_impl(self, param: Any, callback: Callable[[Any], None]) -> Any:
+        """Monitor mode: have `callback(grad)` see each gradient of `param` (unchanged); returns
+        the hook's removable handle, or None when nothing was hooked."""
+        return None
+
+    def _grad_hook_impl(self, tensor: Any, callback: Callable[[Any], None]) -> bool:
+        """Monitor mode: have `callback(grad)` see the gradient of `tensor` (`callback` returns
+        None, so the gradient is unchanged); False when the tensor cannot get one."""
+        tensor.register_hook(callback)
+        return True
+
     def _check_runtime_impl(self) -> None:
         """Before installing: warn about a framework mode in which hooks cannot run."""
 
