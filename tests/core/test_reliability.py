@@ -251,7 +251,7 @@ class _Tied(torch.nn.Module):
         return self.head(self.emb(ids))
 
 
-def test_tied_weight_gradient_is_written_once_and_the_dump_stays_complete(tmp_path):
+def test_tied_weight_gradient_is_recorded_under_both_modules_with_autograds_values(tmp_path):
     torch.manual_seed(0)
     model = _Tied()
     ids = torch.tensor([[1, 2, 3, 4]])
