@@ -80,7 +80,64 @@ def _run_recover(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover]
+def _add_acc_check(sub) -> None:
+    p = sub.add_parser(
+        "acc-check", help="API precision without a golden run: replay every API call of a tensor dump in "
+                          "float64 and grade the recorded outputs",
+        description="Each forward API call of DUMP (task tensor, level L1 or mix) is replayed on CPU from its "
+                    "saved inputs in float64 (the reference) and in the recorded dtypes (a standard kernel of the "
+                    "same precision), and its recorded outputs and input gradients are graded against the "
+                    "reference with msprobe's dtype-aware standards. Calls that cannot be replayed are listed "
+                    "with the reason. Writes accuracy_checking_result.csv, accuracy_checking_details.csv and "
+                    "acc_check_summary.json to OUT.")
+    p.add_argument("dump", nargs="?", help="a dump root, step folder, rank folder or dump.json")
+    p.add_argument("-api_info", "--api_info_file", dest="api_info", metavar="DUMP_JSON",
+                   help="msprobe's spelling of DUMP (a dump.json)")
+    p.add_argument("-o", "--output", "--out_path", dest="output", metavar="OUT", help="write the CSVs and summary here")
+    p.add_argument("--reference", action="append", default=[], metavar="NAME=FUNCTION",
+                   help="grade the API NAME (a key without counter and direction: mylib.fused_gelu) against "
+                        "FUNCTION (module.function or module:function), e.g. a custom kernel against the plain "
+                        "composition it replaces; repeatable")
+    p.add_argument("--standards", metavar="YAML", help="a copy of ts_core/acccheck/standards.yaml with other thresholds")
+    p.add_argument("--no-backward", action="store_true", help="grade forward outputs only")
+    p.add_argument("--white-list", nargs="*", default=None, metavar="API", help="check only these API names (linear, __add__)")
+    p.add_argument("--black-list", nargs="*", default=None, metavar="API", help="never check these API names")
+    p.add_argument("-config", "--config_path", dest="config", metavar="CONFIG",
+                   help="an msprobe config.json: its acc_check section's white_list/black_list apply")
+    p.add_argument("--json", action="store_true", help="print acc_check_summary.json content instead of the summary")
+    p.add_argument("--fail-on-error", action="store_true", help="exit with status 1 when an API fails")
+    p.set_defaults(func=_run_acc_check)
+
+
+def _run_acc_check(args: argparse.Namespace) -> int:
+    from ts_core.acccheck import acc_check
+
+    dump = args.dump or args.api_info
+    if not dump:
+        print("tsprobe acc-check: error: give the dump to check (DUMP or -api_info dump.json)", file=sys.stderr)
+        return 2
+    refs = {}
+    for item in args.reference:
+        name, sep, target = item.partition("=")
+        if not sep or not name or not target:
+            print(f"tsprobe acc-check: error: --reference {item!r}: use NAME=module.function", file=sys.stderr)
+            return 2
+        refs[name.strip()] = target.strip()
+    white, black = args.white_list, args.black_list
+    if args.config:
+        from ts_core.dumpfmt import read_json
+
+        section = read_json(args.config).get("acc_check") or {}
+        white = white if white is not None else (section.get("white_list") or None)
+        black = black if black is not None else (section.get("black_list") or None)
+    result = acc_check(dump, args.output, references=refs, standards=args.standards, backward=not args.no_backward,
+                       white_list=white, black_list=black, verbose=not args.json)
+    if args.json:
+        print(json.dumps(result.summary(), indent=2))
+    return 1 if (args.fail_on_error and result.failed) else 0
+
+
+_COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_acc_check]
 
 
 def build_parser() -> argparse.ArgumentParser:
