@@ -137,7 +137,52 @@ def _run_acc_check(args: argparse.Namespace) -> int:
     return 1 if (args.fail_on_error and result.failed) else 0
 
 
-_COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_acc_check]
+def _add_merge(sub) -> None:
+    p = sub.add_parser("merge", help="merge per-rank compare results into one many-rank summary",
+                       description="Each RESULT is the output folder of a tsprobe compare (or a folder holding "
+                                   "several). Writes compare.csv, summary.json, ranks.json (each rank's first "
+                                   "divergence, which rank diverged first, collectives linked across ranks), "
+                                   "report.html and merged.csv (one row per value of the chosen APIs, one column "
+                                   "per rank and metric) to OUT.")
+    p.add_argument("results", nargs="*", metavar="RESULT", help="compare output folders")
+    p.add_argument("-i", "--input_dir", dest="input_dir", help="msprobe's spelling: a folder holding the results")
+    p.add_argument("-o", "--output", "--output_dir", dest="output", required=True, metavar="OUT")
+    p.add_argument("--api", nargs="*", default=None, metavar="API",
+                   help="APIs for merged.csv (Distributed.all_reduce, Functional.linear); default: the collectives "
+                        "and each rank's first divergence")
+    p.add_argument("--index", nargs="*", default=None, metavar="METRIC",
+                   help="merged.csv metrics: compare.csv columns or msprobe names (Cosine, MaxRelativeErr, Max diff)")
+    p.add_argument("-config", "--config-path", dest="config", metavar="YAML",
+                   help="msprobe's merge config (api:, compare_index:)")
+    p.add_argument("--no-html", action="store_true", help="skip report.html")
+    p.set_defaults(func=_run_merge)
+
+
+def _run_merge(args: argparse.Namespace) -> int:
+    from ts_core.compare.merge import index_columns, merge_results, read_merge_config, write_merged
+    from ts_core.compare.text import terminal_text
+
+    folders = list(args.results) + ([args.input_dir] if args.input_dir else [])
+    if not folders:
+        print("tsprobe merge: error: give the compare results to merge (RESULT... or -i DIR)", file=sys.stderr)
+        return 2
+    apis, index = args.api, args.index
+    if args.config:
+        cfg = read_merge_config(args.config)
+        apis = apis if apis is not None else (cfg["api"] or None)
+        index = index if index is not None else (cfg["compare_index"] or None)
+    try:
+        index_columns(index)
+    except ValueError as e:
+        print(f"tsprobe merge: error: {e}", file=sys.stderr)
+        return 2
+    result = merge_results(folders)
+    write_merged(result, args.output, apis, index, html=not args.no_html)
+    print(terminal_text(result))
+    return 0
+
+
+_COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_acc_check, _add_merge]
 
 
 def build_parser() -> argparse.ArgumentParser:
