@@ -7,7 +7,7 @@ PIP     := $(BIN)/python -m pip
 CONSTR  := requirements/constraints.txt
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test venv clean
+.PHONY: demo test venv clean browser
 
 venv: $(STAMP)
 
@@ -20,7 +20,16 @@ $(STAMP): pyproject.toml $(CONSTR) requirements/install_vllm.sh Makefile
 demo: $(STAMP)
 	$(BIN)/python recipes/demo.py
 
-test: $(STAMP)
+# Debian's chromium for the headless-browser test of report.html's model tree
+# (tests/compare/test_report_tree.py). A no-op when chromium is there; installing needs root
+# (CI runs as root); elsewhere the test skips and says why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "chromium not installed and not root: the report.html browser test will be skipped"; fi
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -176,8 +176,15 @@ class CompareResult:
 
     @property
     def first_divergence(self) -> Optional[FirstDivergence]:
+        """The earliest step's first divergence; with many ranks, that of the rank that diverged
+        first (``ranks``), else of the lowest rank."""
         for p in self.pairs:
             if p.first_divergence:
+                step = next((s for s in self.ranks.get("steps", []) if s["step"] == p.step), None)
+                first = step["diverged_first"] if step else []
+                for q in self.pairs:
+                    if q.step == p.step and first and q.rank == first[0] and q.first_divergence:
+                        return q.first_divergence
                 return p.first_divergence
         return None
 
