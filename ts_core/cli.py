@@ -182,7 +182,37 @@ def _run_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_acc_check, _add_merge]
+def _add_config_check(sub) -> None:
+    p = sub.add_parser(
+        "config-check", help="before comparing numerics: compare what two runs were given (packages, environment, "
+                             "framework settings, hyperparameters, weights, first batch)",
+        description="RUN_A (golden) and RUN_B are dumps made with fingerprint: true (the default: each dumped "
+                    "step/rank folder holds a fingerprint.json), fingerprint.json files, or msprobe config_check "
+                    "packs (.zip). Each step/rank pair is checked; with -o, config_check.json and config_check.csv "
+                    "are written.")
+    p.add_argument("runs", nargs="*", metavar="RUN", help="RUN_A RUN_B")
+    p.add_argument("-c", "--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="msprobe's spelling of RUN_A RUN_B")
+    p.add_argument("-o", "--output", metavar="OUT", help="write config_check.json and config_check.csv here")
+    p.add_argument("--json", action="store_true", help="print config_check.json content instead of the summary")
+    p.add_argument("--fail-on-error", action="store_true", help="exit with status 1 when an error-level difference "
+                                                                 "is found")
+    p.set_defaults(func=_run_config_check)
+
+
+def _run_config_check(args: argparse.Namespace) -> int:
+    from ts_core.configcheck import config_check
+
+    runs = list(args.compare or args.runs)
+    if len(runs) != 2:
+        print("tsprobe config-check: error: give two runs: RUN_A RUN_B", file=sys.stderr)
+        return 2
+    result = config_check(runs[0], runs[1], args.output, verbose=not args.json)
+    if args.json:
+        print(json.dumps(result.summary(), indent=2))
+    return 1 if (args.fail_on_error and result.verdict == "error") else 0
+
+
+_COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_acc_check, _add_merge, _add_config_check]
 
 
 def build_parser() -> argparse.ArgumentParser:
