@@ -31,7 +31,8 @@ def worker(rank: int, world: int, root: str, bad: int, port: int) -> None:
     dbg = PrecisionDebugger(task="statistics", level="mix", dump_path=root, step=[0])
     dbg.start(model)
     h = fc1(x)
-    dist.all_reduce(h)
+    with torch.no_grad():                            # summed in place; autograd sees the identity
+        dist.all_reduce(h)
     y = fc2(F.gelu(h))
     y.pow(2).mean().backward()
     for p in model.parameters():

@@ -38,6 +38,15 @@ class Outcome:
     backward_note: str = ""
 
 
+def describe(fn: Any) -> str:
+    """A short name for a reference callable (``gelu``, ``gelu(approximate='tanh')``)."""
+    inner = getattr(fn, "func", None)           # functools.partial
+    if inner is not None:
+        args = [repr(a) for a in getattr(fn, "args", ())] + [f"{k}={v!r}" for k, v in (fn.keywords or {}).items()]
+        return f"{describe(inner)}({', '.join(args)})"
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
 def import_dotted(path: str) -> Any:
     """``pkg.mod:func`` or ``pkg.mod.func`` (``pkg.mod.Class.method`` too) -> the object.
     Raises ReplayError naming what could not be imported."""

@@ -17,7 +17,7 @@ import mindspore as ms
 from mindspore import Tensor
 
 from ...acccheck import replay as flow
-from ...acccheck.outcome import Outcome, ReplayError, Resolved, import_dotted
+from ...acccheck.outcome import Outcome, ReplayError, Resolved, describe, import_dotted
 from ...acccheck.plan import CallPlan, OtherArg
 from ._runtime import warm_up
 
@@ -57,7 +57,7 @@ class MindSporeAdapter:
         ref = references.get(plan.name)
         if ref is not None:
             fn = ref if callable(ref) else import_dotted(str(ref))
-            return Resolved(fn, True, f"graded against the reference {getattr(fn, '__qualname__', ref)}")
+            return Resolved(fn, True, f"graded against the reference {describe(fn)}")
         if plan.prefix in _COLLECTIVES:
             raise ReplayError("collective: its result depends on the other ranks' data (compare the ranks' "
                               "dumps with tsprobe compare instead)")

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ...acccheck import replay as flow
-from ...acccheck.outcome import Outcome, ReplayError, Resolved, import_dotted
+from ...acccheck.outcome import Outcome, ReplayError, Resolved, describe, import_dotted
 from ...acccheck.plan import CallPlan, OtherArg
 
 FRAMEWORK = "pytorch"
@@ -42,7 +42,7 @@ class TorchAdapter:
         ref = references.get(plan.name)
         if ref is not None:
             fn = ref if callable(ref) else import_dotted(str(ref))
-            return Resolved(_orig(fn), True, f"graded against the reference {getattr(fn, '__qualname__', ref)}")
+            return Resolved(_orig(fn), True, f"graded against the reference {describe(fn)}")
         if plan.prefix in _COLLECTIVES:
             raise ReplayError("collective: its result depends on the other ranks' data (compare the ranks' "
                               "dumps with tsprobe compare instead)")
