@@ -12,7 +12,7 @@ import pytest
 
 from ts_core.compare import compare
 
-from tests.integrations._helpers import free_port, python, run
+from tests.integrations._helpers import python, run
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -22,7 +22,7 @@ def dump(tmp_path, name: str, world: int, bad: int) -> str:
     root = str(tmp_path / name)
     if os.path.isdir(root):
         return root
-    run([python(), os.path.join(ROOT, "tests", "compare", "ranks_worker.py"), root, str(world), str(bad), str(free_port())], timeout=180,
+    run([python(), os.path.join(ROOT, "tests", "compare", "ranks_worker.py"), root, str(world), str(bad)], timeout=180,
         cwd=ROOT, env_extra={"PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")})
     assert sorted(os.listdir(os.path.join(root, "step0"))) == [f"rank{r}" for r in range(world)]
     return root
@@ -34,7 +34,7 @@ def check_summary(step: dict, world: int, bad: int) -> None:
     ranks = {r["rank"]: r for r in step["ranks"]}
     fd = ranks[f"rank{bad}"]["first_divergence"]
     assert fd["key"] == "Functional.linear.0.forward" and fd["collectives_before"] == 0
-    assert "ranks_worker.py" in fd["source"] and "fc1(x)" in fd["source"]
+    assert "many_ranks_recipe.py" in fd["source"] and "fc1(x)" in fd["source"]
     for r in others:       # the others compute fine until the all_reduce mixes rank `bad`'s data in
         assert ranks[r]["first_divergence"]["collectives_before"] == 1
     link = step["collectives"][0]

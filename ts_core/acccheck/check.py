@@ -20,12 +20,13 @@ from ..compare.loader import Dump
 from ..dumpfmt import TensorFileError, find_dumps, is_tensor_summary, json_safe
 from .outcome import Outcome, ReplayError
 from .plan import CallPlan, TensorArg, build_plans, decode
+from .replay import replay
 from .standards import (ERROR, PASS, WARNING, Grade, compare_values, grade, load_standards, measure,
                         STANDARDS_YAML, worse)
 
 SKIP = "skip"
 _REPLAYERS = {"pytorch": "ts_core.backends.torch.replay", "mindspore": "ts_core.backends.mindspore.replay"}
-# Each names a module with resolve(plan, references) and replay(plan, resolved, load, backward).
+# Each names a module whose ADAPTER is the framework side of replay.Adapter.
 
 
 @dataclass
@@ -190,7 +191,7 @@ def _replayer(framework: str) -> Tuple[Any, str]:
     if name is None:
         return None, f"framework {framework!r} has no replayer (pytorch, mindspore)"
     try:
-        return importlib.import_module(name), ""
+        return importlib.import_module(name).ADAPTER, ""
     except ImportError as e:
         return None, f"{framework or 'pytorch'} is not installed here ({e})"
 
@@ -210,18 +211,18 @@ def _check_call(plan: CallPlan, d: Dump, step, rank, replayer, why: str, refs: D
     if not problem:
         try:
             resolved = replayer.resolve(plan, refs)
-            outcome = replayer.replay(plan, resolved, lambda t: _load(d, t), backward)
+            outcome = replay(replayer, plan, resolved, lambda t: _load(d, t), backward)
         except ReplayError as e:
             problem = str(e)
     if problem:
         call.message = problem
         return call, [DetailRow(step, rank, api_name, plan.key, "forward", SKIP, problem)]
-    rows = _grade_outputs(plan, d, step, rank, api_name, outcome, std)
+    rows = _grade_values(plan, d, step, rank, api_name, outcome, std, "forward")
     call.forward = _worst(rows)
     notes = list(outcome.notes)
     if plan.backward_key is not None:
         if outcome.grads_reference is not None:
-            brows = _grade_grads(plan, d, step, rank, api_name, outcome, std)
+            brows = _grade_values(plan, d, step, rank, api_name, outcome, std, "backward")
             rows += brows
             call.backward = _worst(brows)
         else:
@@ -247,29 +248,17 @@ def _load(d: Dump, t: TensorArg) -> np.ndarray:
         raise ReplayError(str(e)) from None
 
 
-def _grade_outputs(plan: CallPlan, d: Dump, step, rank, api_name: str, outcome: Outcome,
-                   std: Dict[str, Any]) -> List[DetailRow]:
+def _grade_values(plan: CallPlan, d: Dump, step, rank, api_name: str, outcome: Outcome, std: Dict[str, Any],
+                  direction: str) -> List[DetailRow]:
+    """Rows for the recorded forward outputs, or (``backward``) the recorded input gradients."""
+    if direction == "forward":
+        key, recorded, ref, peer = plan.key, plan.outputs, outcome.reference, outcome.peer
+    else:
+        key, recorded, ref, peer = plan.backward_key, plan.grad_outputs, outcome.grads_reference, outcome.grads_peer
     rows = []
-    peer = outcome.peer
-    for i, (arg, leaf) in enumerate(plan.outputs):
-        name = f"{plan.key}.{arg}"
-        ref = outcome.reference[i]
-        row = _grade_one(plan.api, name, leaf, ref, peer[i] if peer is not None else None, d, step, rank,
-                         api_name, "forward", std)
-        if row is not None:
-            rows.append(row)
-    return rows
-
-
-def _grade_grads(plan: CallPlan, d: Dump, step, rank, api_name: str, outcome: Outcome,
-                 std: Dict[str, Any]) -> List[DetailRow]:
-    rows = []
-    peer = outcome.grads_peer
-    for i, (arg, leaf) in enumerate(plan.grad_outputs):
-        name = f"{plan.backward_key}.{arg}"
-        ref = outcome.grads_reference[i]
-        row = _grade_one(plan.api, name, leaf, ref, peer[i] if peer is not None else None, d, step, rank,
-                         api_name, "backward", std)
+    for i, (arg, leaf) in enumerate(recorded):
+        row = _grade_one(plan.api, f"{key}.{arg}", leaf, ref[i], peer[i] if peer is not None else None, d, step,
+                         rank, api_name, direction, std)
         if row is not None:
             rows.append(row)
     return rows

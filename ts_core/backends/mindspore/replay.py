@@ -16,9 +16,9 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor
 
-from ...acccheck import replay as flow
-from ...acccheck.outcome import Outcome, ReplayError, Resolved, describe, import_dotted
+from ...acccheck.outcome import ReplayError, Resolved, describe, import_dotted
 from ...acccheck.plan import CallPlan, OtherArg
+from ...acccheck.replay import flatten_outputs
 from ._runtime import warm_up
 
 FRAMEWORK = "mindspore"
@@ -122,7 +122,7 @@ class MindSporeAdapter:
         if autocast:
             raise ReplayError(f"no CPU autocast({autocast}) in MindSpore")
         out = fn(*args, **kwargs)
-        for x in flow.flatten_outputs(out):
+        for x in flatten_outputs(out):
             if isinstance(x, Tensor):
                 x.asnumpy()          # a kernel error surfaces at the next sync: make it this call's
         return out
@@ -134,10 +134,3 @@ class MindSporeAdapter:
 
 ADAPTER = MindSporeAdapter()
 
-
-def resolve(plan: CallPlan, references: dict) -> Resolved:
-    return ADAPTER.resolve(plan, references)
-
-
-def replay(plan: CallPlan, resolved: Resolved, load, backward: bool = True) -> Outcome:
-    return flow.replay(ADAPTER, plan, resolved, load, backward)

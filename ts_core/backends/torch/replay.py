@@ -14,8 +14,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ...acccheck import replay as flow
-from ...acccheck.outcome import Outcome, ReplayError, Resolved, describe, import_dotted
+from ...acccheck.outcome import ReplayError, Resolved, describe, import_dotted
 from ...acccheck.plan import CallPlan, OtherArg
 
 FRAMEWORK = "pytorch"
@@ -125,10 +124,3 @@ class TorchAdapter:
 
 ADAPTER = TorchAdapter()
 
-
-def resolve(plan: CallPlan, references: dict) -> Resolved:
-    return ADAPTER.resolve(plan, references)
-
-
-def replay(plan: CallPlan, resolved: Resolved, load, backward: bool = True) -> Outcome:
-    return flow.replay(ADAPTER, plan, resolved, load, backward)
