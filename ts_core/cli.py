@@ -14,7 +14,10 @@ from typing import Callable, List, Optional
 def _add_compare(sub) -> None:
     p = sub.add_parser("compare", help="compare two dumps and name the first call that diverged",
                        description="GOLDEN and TARGET may each be a dump root (step*/rank*), a step folder, "
-                                   "a rank folder or a dump.json; each step/rank pair is compared.")
+                                   "a rank folder or a dump.json; each step/rank pair is compared (in parallel). "
+                                   "With several ranks, one merged summary names each rank's first divergence, the "
+                                   "rank that diverged first and the collectives that carried it (ranks.json). "
+                                   "report.html opens its model tree on the first divergence.")
     p.add_argument("golden", help="the reference dump")
     p.add_argument("target", help="the dump under test")
     p.add_argument("-o", "--output", metavar="OUT", help="write compare.csv, summary.json, report.html here")

@@ -117,3 +117,4 @@ def test_tree_opens_and_highlights_the_first_divergence(tmp_path):
     shot = tmp_path / "out" / "report.png"
     chromium(f"--screenshot={shot}", report.as_uri())
     assert shot.stat().st_size > 10000
+

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..backends._depth import internal
 from ..compare.divergence import user_frame
 from ..compare.loader import Dump
 from ..dumpfmt import TensorFileError, find_dumps, is_tensor_summary, json_safe
@@ -210,8 +211,9 @@ def _check_call(plan: CallPlan, d: Dump, step, rank, replayer, why: str, refs: D
             problem = f"filtered out by the white list ({short} is not in it)"
     if not problem:
         try:
-            resolved = replayer.resolve(plan, refs)
-            outcome = replay(replayer, plan, resolved, lambda t: _load(d, t), backward)
+            with internal():       # a debugger collecting in this process does not record the replays
+                resolved = replayer.resolve(plan, refs)
+                outcome = replay(replayer, plan, resolved, lambda t: _load(d, t), backward)
         except ReplayError as e:
             problem = str(e)
     if problem:

@@ -56,6 +56,7 @@ function tree(){ const t=T.trees[unit], box=document.getElementById('tree'); if(
       `<span class="lb">${esc(n[0])}</span><span class="er">${err}</span></div>`;
     if(has&&isOpen) for(const c of kids[i]) walk(c,d+1); };
   for(const r of t.roots) walk(r,0);
+  if(t.hidden) h+=`<div class="tn">${t.hidden} passing API calls not shown (compare.csv has them)</div>`;
   box.innerHTML=h;
   box.querySelectorAll('.tn').forEach(el=>el.onclick=()=>{ const k=unit+':'+el.dataset.i;
     if(open.has(k)) open.delete(k); else open.add(k); tree(); });
@@ -64,8 +65,10 @@ function openFirst(){ T.trees.forEach((t,u)=>{ t.roots.forEach(r=>{ if(t.nodes[r
   let i=t.first; while(i!==null&&i!==undefined&&i>=0){ open.add(u+':'+i); i=t.nodes[i][1]; } }); }
 function units(){ const s=document.getElementById('unit'); s.innerHTML=T.trees.map((t,u)=>
   `<option value="${u}" ${u===unit?'selected':''}>${esc(t.label)}${t.first!==null?' (diverges)':''}</option>`).join('');
-  s.onchange=()=>{ unit=+s.value; T.scrolled=false; tree(); table(); }; }
+  s.onchange=()=>{ unit=+s.value; T.scrolled=false; tree(); chart(); table(); }; }
 const cols = D.columns, rows = D.rows;
+const si=cols.indexOf('step'), ri=cols.indexOf('rank');
+function label(r){ return [r[si]===null?'':'step'+r[si], r[ri]||''].filter(x=>x).join('/')||'dump'; }
 let sortCol = 0, sortAsc = true;
 function fmt(v){ if(v===null||v===undefined) return ''; if(typeof v==='number') return Number.isInteger(v)?String(v):v.toPrecision(6);
   if(Array.isArray(v)) return JSON.stringify(v); return String(v); }
@@ -73,7 +76,9 @@ function err(r){ const c=cols; let e=r[c.indexOf('max_rel_err')];
   if(e===null||e===undefined){ e=Math.max(...['max_rel_diff','min_rel_diff','mean_rel_diff','norm_rel_diff']
      .map(k=>r[c.indexOf(k)]).map(v=>typeof v==='number'?v:(v==='inf'?1e30:-1))); if(e<0) return null; }
   if(e==='inf') e=1e30; return typeof e==='number'?e:null; }
-function chart(){ const svg=document.getElementById('chart'), W=980, H=220, P=40;
+function unitRows(){ const lab=T.trees.length>1&&T.trees[unit]?T.trees[unit].label:null;
+  return lab===null?rows:rows.filter(r=>label(r)===lab); }
+function chart(){ const svg=document.getElementById('chart'), W=980, H=220, P=40, rows=unitRows();
   const pts=rows.map((r,i)=>[i,err(r),r[cols.indexOf('verdict')]]).filter(p=>p[1]!==null);
   let s=''; const lo=-12, hi=6, y=v=>H-P/2-(Math.min(hi,Math.max(lo,Math.log10(Math.max(v,1e-12))))-lo)/(hi-lo)*(H-P);
   const x=i=>P+i/Math.max(1,rows.length-1)*(W-P-10);
@@ -81,15 +86,13 @@ function chart(){ const svg=document.getElementById('chart'), W=980, H=220, P=40
      `<text x="2" y="${y(10**e)+4}" font-size="10">1e${e}</text>`; }
   const color={pass:'#1a7f37',warning:'#bf8700',error:'#cf222e'};
   for(const p of pts){ s+=`<circle cx="${x(p[0])}" cy="${y(p[1])}" r="2" fill="${color[p[2]]||'#888'}"/>`; }
-  if(D.first_order!==null){ const i=rows.findIndex(r=>r[0]===D.first_order);
+  if(D.first_order!==null&&(T.trees.length<2||T.trees[unit].label===D.first_label)){ const i=rows.findIndex(r=>r[0]===D.first_order);
     if(i>=0) s+=`<line x1="${x(i)}" x2="${x(i)}" y1="5" y2="${H-5}" stroke="#cf222e" stroke-dasharray="4"/>`+
       `<text x="${x(i)+4}" y="14" font-size="11" fill="#cf222e">first divergence</text>`; }
   s+=`<text x="${P}" y="${H-2}" font-size="10">execution order (forward, then backward) &#8594;  y: max relative error (log)</text>`;
   svg.innerHTML=s; }
 function table(){ const q=document.getElementById('q').value.toLowerCase(), v=document.getElementById('v').value;
   const only=document.getElementById('only').checked&&T.trees[unit]?T.trees[unit].label:null;
-  const si=cols.indexOf('step'), ri=cols.indexOf('rank');
-  const label=r=>[r[si]===null?'':'step'+r[si], r[ri]||''].filter(x=>x).join('/')||'dump';
   let rs=rows.filter(r=>(!v||r[1]===v)&&(!only||label(r)===only)&&(!q||r.some(x=>x!==null&&String(x).toLowerCase().includes(q))));
   rs.sort((a,b)=>{ let x=a[sortCol], y=b[sortCol]; if(x===y) return 0; if(x===null) return 1; if(y===null) return -1;
     return (x<y?-1:1)*(sortAsc?1:-1); });
@@ -123,8 +126,10 @@ def write_html(result: CompareResult, path: Path, max_rows: int = 20000) -> None
     fd = result.first_divergence
     esc = html.escape
     if fd:
+        where = "/".join(x for x in (f"step{fd.step}" if fd.step is not None else "", fd.rank) if x)
         head = (f"<div class='box'><b class='error'>First divergence:</b> <code>{esc(fd.key)}</code> "
-                f"[{esc(fd.direction)}]{' in <code>' + esc(fd.module) + '</code>' if fd.module else ''}<br>"
+                f"[{esc(fd.direction)}]{' in <code>' + esc(fd.module) + '</code>' if fd.module else ''}"
+                f"{' on ' + esc(where) if where else ''}<br>"
                 f"<code>{esc(fd.tensor)}</code>: <b class='{esc(fd.verdict)}'>{esc(fd.verdict)}</b> - {esc(fd.reason)}<br>"
                 f"cause: {esc(fd.cause)}"
                 + (f"<br>source: <code>{esc(fd.source)}</code>" if fd.source else "")
@@ -132,6 +137,8 @@ def write_html(result: CompareResult, path: Path, max_rows: int = 20000) -> None
                    if fd.stack else "") + "</div>")
     else:
         head = f"<div class='box'>{esc(result.summary().get('first_divergence_note') or 'no divergence')}</div>"
+    for step in result.ranks.get("steps", []):
+        head += f"<div class='box'><b>Ranks:</b> {esc(step['explanation'])}</div>"
     c = result.counts
     counts = ", ".join(f"{k}: {v}" for k, v in c.items())
     kept = _select_rows(result.rows, max_rows)
@@ -139,7 +146,9 @@ def write_html(result: CompareResult, path: Path, max_rows: int = 20000) -> None
         f"<p>Showing {len(kept)} of {len(result.rows)} rows (every non-passing row, passing ones sampled); "
         f"compare.csv has them all.</p>")
     rows = [[_clean(getattr(r, col)) for col in _COLUMNS] for r in kept]
-    data = {"columns": _COLUMNS, "rows": rows, "first_order": None}
+    data = {"columns": _COLUMNS, "rows": rows, "first_order": None,
+            "first_label": "/".join(x for x in (f"step{fd.step}" if fd.step is not None else "", fd.rank) if x) or "dump"
+            if fd else None}
     if fd:
         for r in result.rows:
             if r.name == fd.tensor and r.step == fd.step and r.rank == fd.rank:

@@ -182,8 +182,8 @@ def _explain(pairs: List[PairResult], first: List[str], links: List[Dict[str, An
     text = [f"{head} diverged first: {where.key} ({when})"]
     for link in links:
         if link["inputs_differ_on"] and link["reached"]:
-            text.append(f"{link['key']}: inputs differ on {', '.join(link['inputs_differ_on'])}; "
-                        f"{', '.join(link['reached'])} first diverge after it (received through this collective)")
+            text.append(f"{link['key']}: inputs differ on {', '.join(link['inputs_differ_on'])}; it reached "
+                        f"{', '.join(link['reached'])} (first divergence after this collective)")
     independent = [p.rank for p in pairs if fd[p.rank] is not None and p.rank not in first
                    and not _claimed(links, p.rank)]
     if independent:
@@ -191,7 +191,7 @@ def _explain(pairs: List[PairResult], first: List[str], links: List[Dict[str, An
     return "; ".join(text)
 
 
-def ranks_text(summary: Dict[str, Any]) -> str:
+def ranks_text(summary: Dict[str, Any], max_links: int = 5) -> str:
     """The many-rank part of the terminal summary."""
     lines = []
     for s in summary.get("steps", []):
@@ -205,8 +205,10 @@ def ranks_text(summary: Dict[str, Any]) -> str:
                 src = f"  at {fd['source']}" if fd.get("source") else ""
                 lines.append(f"  {r['rank']:<8} {fd['key']} [{fd['direction']}], {fd['collectives_before']} "
                              f"collective(s) before{src}")
-        for link in s["collectives"]:
+        for link in s["collectives"][:max_links]:
             state = ", ".join(f"{rank}: in {v['input'] or '-'} / out {v['output'] or '-'}" if v else f"{rank}: absent"
                               for rank, v in link["ranks"].items())
             lines.append(f"  collective {link['key']}: {state}")
+        if len(s["collectives"]) > max_links:
+            lines.append(f"  ... {len(s['collectives']) - max_links} more collectives with differences (ranks.json)")
     return "\n".join(lines)

@@ -50,7 +50,27 @@ def _module_parent_by_path(key: str, module_keys: Dict[str, str]) -> Optional[st
     return None
 
 
-def build_tree(pair: PairResult, construct: Optional[Dict[str, Optional[str]]] = None) -> Dict[str, Any]:
+MAX_NODES = 30000     # per step/rank; above, passing API calls are left out of the page
+
+
+def _prune(nodes: List[List[Any]], first: Optional[int], max_nodes: int):
+    """A browser-sized tree: every module, every call that does not pass, the first divergence
+    and their ancestors; passing API calls go when there are more than `max_nodes` nodes."""
+    if len(nodes) <= max_nodes:
+        return nodes, first, 0
+    keep = set(range(len(_ROOTS)))
+    for i, n in enumerate(nodes):
+        if n[2] != "api" or n[3] != PASS or i == first:
+            while i >= 0 and i not in keep:
+                keep.add(i)
+                i = nodes[i][1]
+    new = {old: k for k, old in enumerate(sorted(keep))}
+    pruned = [[n[0], new.get(n[1], -1), *n[2:]] for i, n in enumerate(nodes) if i in keep]
+    return pruned, new.get(first) if first is not None else None, len(nodes) - len(pruned)
+
+
+def build_tree(pair: PairResult, construct: Optional[Dict[str, Optional[str]]] = None,
+               max_nodes: int = MAX_NODES) -> Dict[str, Any]:
     construct = construct_of(pair) if construct is None else construct
     rows_by_key: Dict[str, List[Row]] = {}
     order: List[str] = []
@@ -84,7 +104,6 @@ def build_tree(pair: PairResult, construct: Optional[Dict[str, Optional[str]]] =
     # parents before children: place each key after its chain of parents
     index: Dict[str, int] = {}
     nodes: List[List[Any]] = [[d, -1, "root", PASS, None, 0, ""] for d in _ROOTS]
-    children_seen = set()
 
     def place(k: str, depth: int = 0) -> int:
         if k in index:
@@ -96,7 +115,6 @@ def build_tree(pair: PairResult, construct: Optional[Dict[str, Optional[str]]] =
         kind = parse_key(k).kind
         nodes.append([_label(k), p, kind, PASS, None, 0, k])
         index[k] = len(nodes) - 1
-        children_seen.add(p)
         return index[k]
 
     for k in keys:
@@ -116,10 +134,11 @@ def build_tree(pair: PairResult, construct: Optional[Dict[str, Optional[str]]] =
         if nodes[i][4] is not None and (nodes[p][4] is None or nodes[i][4] > nodes[p][4]):
             nodes[p][4] = nodes[i][4]
         nodes[p][5] += nodes[i][5]
-    keep = {i for i in range(len(_ROOTS)) if i in children_seen}
     fd = pair.first_divergence
     first = index.get(fd.key) if fd else None
-    return {"nodes": nodes, "roots": sorted(keep), "first": first,
+    nodes, first, hidden = _prune(nodes, first, max_nodes)
+    roots = sorted({i for i in range(len(_ROOTS)) if any(n[1] == i for n in nodes)})
+    return {"nodes": nodes, "roots": roots, "first": first, "hidden": hidden,
             "label": "/".join(x for x in (f"step{pair.step}" if pair.step is not None else "", pair.rank) if x)
             or "dump"}
 
