@@ -187,3 +187,38 @@ def test_msprobe_config_check_packs(tmp_path):
     assert errors(diff) == [("weights", "2.bias")]
     p = _cli("-c", packs[0], packs[1])
     assert p.returncode == 0 and "2.bias" in p.stdout
+
+
+MINDSPORE_RUN = """
+import sys, numpy as np, mindspore as ms
+ms.set_device("CPU")
+from mindspore import nn, Tensor
+from ts_core import PrecisionDebugger
+ms.set_seed(int(sys.argv[2]))
+net = nn.SequentialCell([nn.Dense(4, 8), nn.ReLU(), nn.Dense(8, 2)])
+dbg = PrecisionDebugger(dump_path=sys.argv[1], level="L0", step=[0, 1])
+for step in range(2):
+    dbg.start(net)
+    for micro in range(2):                 # two forwards per step: the hook fires once, stays harmless
+        ms.grad(lambda x: net(x).sum())(Tensor(np.full((3, 4), step + micro, np.float32)))
+    dbg.stop()
+    dbg.step()
+dbg.close()
+"""
+
+
+@require("mindspore")
+@pytest.mark.slow
+def test_mindspore_fingerprint(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TSPROBE_QUIET="1")
+    for name, seed in (("a", "0"), ("b", "0"), ("c", "1")):
+        subprocess.run([sys.executable, "-c", MINDSPORE_RUN, str(tmp_path / name), seed], check=True,
+                       capture_output=True, cwd=ROOT, env=env, timeout=300)
+    doc = read_fingerprint(str(tmp_path / "a" / "step1" / "rank"))
+    assert doc["framework"]["mindspore"]["device_target"] == "CPU"
+    assert set(doc["weights"]) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert doc["data"]["args.0"]["Max"] == 1.0                  # step 1's first batch: all ones
+    assert config_check(str(tmp_path / "a"), str(tmp_path / "b"), verbose=False).verdict == "pass"
+    other = config_check(str(tmp_path / "a"), str(tmp_path / "c"), verbose=False)   # another seed
+    assert {n for s, n in errors(other, "weights")} == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert ("framework", "mindspore.seed") in [(f.section, f.name) for f in other.pairs[0].findings]

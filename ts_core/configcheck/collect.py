@@ -6,8 +6,9 @@ the environment variables that matter (``rules.py``), the framework's determinis
 settings, the command line and hyperparameters, the tsprobe config, and per parameter its
 dtype, shape and statistics (one batched device transfer, as for dumped tensors) plus a CRC-32
 when the model's parameters total at most ``CRC_LIMIT`` bytes. At the model's first forward in
-that step: the same for its inputs (the batch), through a one-shot forward pre-hook that
-removes itself (and is removed by ``close()``). Reading only: the model's numbers are untouched.
+that step: the same for its inputs (the batch), through a one-shot forward pre-hook (torch: it
+removes itself; MindSpore, which iterates its hook dict while calling them: it goes inert and is
+removed at the next dumped step or ``close()``). Reading only: the model's numbers are untouched.
 """
 from __future__ import annotations
 
@@ -178,7 +179,8 @@ class Recorder:
             named = _leaves(args, "args", self.adapter.is_tensor) + _leaves(kwargs, "kwargs", self.adapter.is_tensor)
             self.doc["data"] = summarize_tensors(self.adapter, named, crc=True)
             self.write()
-        self.remove_hook()
+        if getattr(self.adapter, "framework", "") == "pytorch":
+            self.remove_hook()      # MindSpore iterates its hook dict while calling: removed at the next start/close
         return None
 
     def write(self) -> None:
