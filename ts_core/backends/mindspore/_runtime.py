@@ -1,9 +1,7 @@
 """MindSpore process-level quirks tsprobe must absorb before touching a tensor."""
 from __future__ import annotations
 
-import numpy as np
 import mindspore as ms
-from mindspore import Tensor
 
 __all__ = ["no_grad", "warm_up", "grad_recording", "is_pynative"]
 
