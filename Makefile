@@ -13,8 +13,9 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml $(CONSTR) requirements/install_vllm.sh Makefile
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(PIP) install -q --disable-pip-version-check -c $(CONSTR) -e '.[test,msprobe]'
+	$(PIP) install -q --disable-pip-version-check -c $(CONSTR) -e '.[test,msprobe,fast]'
 	bash requirements/install_vllm.sh $(BIN)/python
+	$(BIN)/python -m ts_core.native
 	@touch $(STAMP)
 
 demo: $(STAMP)
