@@ -14,10 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ts_core import PrecisionDebugger  # noqa: E402
 from ts_core.compare import compare  # noqa: E402
 
-from compare_models import build, train_step  # noqa: E402
+from compare_models import dump_mix as dump  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
@@ -64,17 +63,6 @@ class TreeRows(HTMLParser):
         if self._in_measure:
             self.measure = json.loads(data)
             self._in_measure = False
-
-
-def dump(path, **kw):
-    model, x = build(**kw)
-    dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level="mix", step=[0])
-    dbg.start(model)
-    train_step(model, x)
-    dbg.stop()
-    dbg.step()
-    dbg.close()
-    return str(path)
 
 
 def test_tree_opens_and_highlights_the_first_divergence(tmp_path):

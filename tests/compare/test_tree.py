@@ -6,22 +6,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ts_core import PrecisionDebugger  # noqa: E402
 from ts_core.compare import compare  # noqa: E402
 from ts_core.compare.tree import build_tree  # noqa: E402
 
-from compare_models import build, train_step  # noqa: E402
-
-
-def dump(path, **kw):
-    model, x = build(**kw)
-    dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level="mix", step=[0])
-    dbg.start(model)
-    train_step(model, x)
-    dbg.stop()
-    dbg.step()
-    dbg.close()
-    return str(path)
+from compare_models import dump_mix as dump  # noqa: E402
 
 
 @pytest.fixture(scope="module")
