@@ -25,7 +25,8 @@ _TOLERATED_TOP = {"enable_dataloader", "precision", "acl_config", "is_dump_compi
                   "extra_info", "overflow_check", "free_benchmark", "run_ut", "grad_probe",
                   "structure", "exception_dump"}
 _TOP = {"task", "dump_path", "rank", "step", "level", "seed", "is_deterministic", "async_dump",
-        "statistics", "tensor", "stack", "on_write_error", "framework", "dump_eval", "monitor"}
+        "statistics", "tensor", "stack", "on_write_error", "framework", "dump_eval", "fingerprint",
+        "monitor"}
 _SECTION = {"scope", "list", "data_mode", "summary_mode", "file_format", "online_run_ut",
             "nfs_path", "host", "port", "tls_path", "bench_path", "online_run_ut_recompute"}
 _SECTION_OURS = {"scope", "list", "data_mode", "summary_mode", "file_format"}
@@ -51,6 +52,7 @@ class DebuggerConfig:
     on_write_error: str = "warn"                       # "warn" keeps training alive, "raise" stops it
     framework: str = ""                                # "" = from the model passed to start()
     dump_eval: bool = False                            # integrations: also record evaluation loops
+    fingerprint: bool = True                           # fingerprint.json per step folder (config-check)
     monitor: Optional[MonitorConfig] = None            # monitor mode (ts_core/monitor); None: off
 
     def wants(self, direction: str, part: str) -> bool:
@@ -229,7 +231,7 @@ def validate(flat: Mapping[str, Any]) -> DebuggerConfig:
     if "seed" in v and (isinstance(v["seed"], bool) or not isinstance(v["seed"], int)
                         or not 0 <= v["seed"] < 2**32):
         raise ConfigError("seed", v["seed"], "use an int in [0, 2**32)")
-    for name in ("is_deterministic", "async_dump", "stack", "dump_eval"):
+    for name in ("is_deterministic", "async_dump", "stack", "dump_eval", "fingerprint"):
         if name in v:
             _bool(name, v[name])
     if "framework" in v:

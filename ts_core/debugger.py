@@ -84,6 +84,10 @@ class PrecisionDebugger:
             self._warn_once("model", f"level {self.config.level} records modules only when the model is "
                             "passed: call debugger.start(model).")
         self._backend.install(model)
+        if self.config.fingerprint:        # what this run was given, for tsprobe config-check
+            from .configcheck.collect import on_start
+
+            on_start(self, model, self._collector.adapter)
         if token_range is not None:
             if self._token_range is None:
                 self._backend.watch_iterations(model if not isinstance(model, (list, tuple)) else model[0],
@@ -173,6 +177,9 @@ class PrecisionDebugger:
             self._close_step()
         finally:        # a write error raised above (on_write_error: raise) still restores everything
             self._closed = True
+            from .configcheck.collect import on_close
+
+            on_close(self)
             if PrecisionDebugger._current is self:
                 PrecisionDebugger._current = None
             try:

@@ -22,6 +22,7 @@ from .records import INPUT, OUTPUT, PARAMETER, STAT_FIELDS, Entry, is_tensor_sum
 from .refstats import crc32_hex, reference_stats
 from .token_map import merge_token_maps, read_token_map, write_token_map
 from .by_request import split_by_request
+from .fingerprint import FINGERPRINT_JSON, read_fingerprint, write_fingerprint
 
 __all__ = [
     "DumpFormatError", "TensorFileError",
@@ -40,4 +41,5 @@ __all__ = [
     "record_entries",
     "crc32_hex", "reference_stats",
     "merge_token_maps", "read_token_map", "write_token_map", "split_by_request",
+    "FINGERPRINT_JSON", "read_fingerprint", "write_fingerprint",
 ]
