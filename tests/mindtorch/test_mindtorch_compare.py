@@ -38,7 +38,12 @@ def test_same_script_pairs_one_to_one_and_passes(runs, level, task):
     for step in range(STEPS):
         g_keys = _keys(runs.rank_dir("torch", toy_id(level, task), step))
         t_keys = _keys(runs.rank_dir("mindtorch", toy_id(level, task), step))
-        assert [k for k in t_keys if "parameters_grad" not in k] == [k for k in g_keys if "parameters_grad" not in k]
+        # Forward records in call order on both sides; backward records are written as each
+        # call's gradients complete, which follows each framework's own backward schedule (torch
+        # finishes a Linear module's input gradient before its weight's AccumulateGrad, so the
+        # module's record can precede its inner linear's): same records, order per framework.
+        forward = lambda keys: [k for k in keys if k.endswith(".forward") or ".forward." in k]
+        assert forward(t_keys) == forward(g_keys)
         assert sorted(t_keys) == sorted(g_keys)
         result = _compare(runs, toy_id(level, task), toy_id(level, task), step)
         pair = result.pairs[0]
