@@ -1,0 +1,37 @@
+"""The one home of the dump format: record keys (build and parse), file and folder names,
+the JSON files (read, atomic write), the shape of records, and reference statistics in numpy.
+
+Everything that writes or reads a dump goes through here: the live writer, ``tsprobe
+recover``, the compare loader and matcher, the TroubleShooter layout, the per-request split.
+Needs only numpy.
+"""
+from .errors import DumpFormatError, TensorFileError
+from .jsonio import (json_by_line, json_safe, read_json, read_json_optional, write_atomic, write_json_atomic,
+                     write_text_atomic)
+from .keys import (BACKWARD, DEBUG, FORWARD, MODULE_PREFIXES, OTHER, PARAMETERS_GRAD, KeyInfo, api_key, debug_key, forward_key,
+                   module_base, module_key, params_grad_key, parse_key, split_module_name, value_name,
+                   without_direction)
+from .layout import (CONSTRUCT_JSON, DUMP_JSON, JOURNAL, STACK_JSON, TENSOR_DIR, DumpUnit, find_dumps,
+                     find_journal_dirs, is_rank_dir, parse_step_dir, rank_dir, rank_dir_name, rank_number,
+                     step_dir_name, tensor_file_name, unit_for)
+from .rankdir import (RankFiles, read_construct, read_header_and_data, read_rank_files, read_stacks, stack_groups,
+                      write_rank_files)
+from .records import INPUT, OUTPUT, PARAMETER, STAT_FIELDS, Entry, is_tensor_summary, map_summaries, record_entries
+from .refstats import crc32_hex, reference_stats
+
+__all__ = [
+    "DumpFormatError", "TensorFileError",
+    "json_by_line", "json_safe", "read_json", "read_json_optional", "write_atomic", "write_json_atomic",
+    "write_text_atomic",
+    "BACKWARD", "DEBUG", "FORWARD", "MODULE_PREFIXES", "OTHER", "PARAMETERS_GRAD", "KeyInfo", "api_key", "debug_key", "forward_key",
+    "module_base", "module_key", "params_grad_key", "parse_key", "split_module_name", "value_name",
+    "without_direction",
+    "CONSTRUCT_JSON", "DUMP_JSON", "JOURNAL", "STACK_JSON", "TENSOR_DIR", "DumpUnit", "find_dumps",
+    "find_journal_dirs", "is_rank_dir", "parse_step_dir", "rank_dir", "rank_dir_name", "rank_number",
+    "step_dir_name", "tensor_file_name", "unit_for",
+    "RankFiles", "read_construct", "read_header_and_data", "read_rank_files", "read_stacks", "stack_groups",
+    "write_rank_files",
+    "INPUT", "OUTPUT", "PARAMETER", "STAT_FIELDS", "Entry", "is_tensor_summary", "map_summaries",
+    "record_entries",
+    "crc32_hex", "reference_stats",
+]

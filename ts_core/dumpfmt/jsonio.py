@@ -1,0 +1,96 @@
+"""Reading and writing the JSON files of a dump.
+
+Writes are atomic (readers see the old file or the new one, never half of one). Reads turn
+every failure into one DumpFormatError naming the file. ``json_safe`` is the one encoder of
+NaN/Inf for JSON, which has no such numbers.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional
+
+from .errors import DumpFormatError
+
+
+def write_atomic(path: "os.PathLike | str", write: Callable[[Any], None], mode: str = "w",
+                 fsync: bool = True) -> None:
+    """Write through `write(file)` into a temporary file, rename it over `path`. ``fsync``
+    (JSON files) also makes the content durable before the rename; tensor files skip it: the
+    JSON that names them is what a reader trusts."""
+    path = os.fspath(path)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as f:
+            write(f)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_text_atomic(path: "os.PathLike | str", text: str) -> None:
+    write_atomic(path, lambda f: f.write(text))
+
+
+def write_json_atomic(path: "os.PathLike | str", obj: Any, indent: Optional[int] = 1) -> None:
+    """Any JSON document (NaN/Inf made strings first), atomically."""
+    text = json.dumps(json_safe(obj), indent=indent)
+    write_text_atomic(path, text + "\n")
+
+
+def json_by_line(head: Dict[str, Any], field: Optional[str] = None, items: Optional[Dict[str, Any]] = None) -> str:
+    """JSON text of `head` (plus `field`: `items`) with one entry per line.
+
+    Each entry is encoded by the C encoder (``json.dumps`` without indent), which is ~10x
+    faster than ``json.dump(..., indent=...)``; one line per record keeps the file readable.
+    """
+    dumps = json.dumps
+    parts = [f"{dumps(k)}: {dumps(v)}" for k, v in head.items()]
+    if field is not None:
+        body = ",\n".join(f"{dumps(k)}: {dumps(v)}" for k, v in (items or {}).items())
+        parts.append(f"{dumps(field)}: {{\n{body}\n}}" if body else f"{dumps(field)}: {{}}")
+    return "{" + ",\n".join(parts) + "}\n"
+
+
+def read_json(path: "os.PathLike | str") -> Any:
+    """Parse a JSON file; any failure becomes one DumpFormatError naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DumpFormatError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DumpFormatError(f"{path}: cannot be read ({e})") from None
+    if not text.strip():
+        raise DumpFormatError(f"{path}: file is empty (the run may have stopped before it was written)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DumpFormatError(f"{path}: not valid JSON at line {e.lineno}, column {e.colno} ({e.msg}); "
+                              f"the file may be truncated") from None
+
+
+def read_json_optional(path: "os.PathLike | str", default: Any) -> Any:
+    """A side file that may be absent (stack.json, construct.json): `default` when missing."""
+    return read_json(path) if os.path.isfile(path) else default
+
+
+def json_safe(v: Any) -> Any:
+    """`v` with every non-finite float written as "nan", "inf" or "-inf" (so json.loads never
+    trips and other tools read the file)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, dict):
+        return {k: json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_safe(x) for x in v]
+    return v
