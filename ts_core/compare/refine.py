@@ -1,0 +1,368 @@
+"""Refine a name alignment by data flow: the calls names could not pair.
+
+``matching.align`` pairs calls by name and order. Between two such anchors remain *gaps*:
+calls one side runs and the other does not, or runs under another name. Each gap is resolved
+by what flows through its calls:
+
+1. calls pair by a score (same or related op, same element count, recorded statistics of
+   outputs and inputs close), best order-preserving set first (a small dynamic programme;
+   long gaps are first split on equal op names);
+2. a call on one side only that is lossless (reshape, view, layout transpose, contiguous,
+   same-dtype or up-cast, shape query, or any call whose output holds its input's values)
+   is *harmless*: shown, never a divergence by itself;
+3. a computing call on one side only joins a neighbouring pair of *different* ops it is
+   linked to by data (it feeds one of its calls, or consumes one's output): MindSpore's
+   MatMul joins the BiasAdd that pairs with torch's ``linear``, and the pair compares the
+   group's boundary values (N:M groups). Next to a pair of the *same* op it stays an extra
+   call, which the first-divergence walk may name;
+4. what is still unpaired on both sides between the same two pairs forms one group.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..dumpfmt import INPUT, OUTPUT
+from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, QUERY, CallInfo, Flow, describe_call, fingerprint, numel, roots,
+                       precision, stats_distance, tensors)
+from .loader import Call
+from .matching import align, default_normalise
+from .pairs import CallPair, members, merge
+
+PAIR_MIN = 3                 # lowest score at which two calls of a gap pair
+DP_LIMIT = 40_000            # larger gaps are split on equal op names first
+_CLOSE, _SIMILAR = 1e-3, 5e-2
+
+_FAMILY = {"biasadd": "add", "realdiv": "div", "truediv": "div", "mm": "matmul", "bmm": "matmul",
+           "batchmatmul": "matmul", "dense": "linear", "addmm": "linear", "fastgelu": "gelu",
+           "reducesum": "sum", "reducemean": "mean", "concat": "cat", "square": "pow",
+           "scaleddotproductattention": "attention", "flashattentionscore": "attention",
+           "softmaxcrossentropywithlogits": "crossentropy", "sparsesoftmaxcrossentropywithlogits": "crossentropy"}
+
+
+def op_family(op: str) -> str:
+    """``__rmul__``/``mul_``/``Mul`` -> ``mul``; ``BiasAdd`` -> ``add``: ops that compute the same kind of thing."""
+    core = op.lower()
+    if core.startswith("__") and core.endswith("__") and len(core) > 5 and core[2] in "ri" \
+            and core[3:-2] in ("add", "sub", "mul", "div", "truediv", "matmul", "pow", "and", "or", "xor", "mod"):
+        core = core[3:-2]
+    core = core.strip("_").replace("_", "")
+    return _FAMILY.get(core, core)
+
+
+class Side:
+    """One dump's calls with their facts: what each does and how values flow."""
+
+    def __init__(self, calls: Sequence[Call], name: Callable[[str], str]):
+        self.name = name
+        self.info: Dict[int, CallInfo] = {}
+        self.flow = Flow()
+        for c in sorted(calls, key=lambda c: c.index):
+            self._add(c)
+        self.consumed = {r for c in calls for r in roots(self.flow, self.of(c).ins)} - {None}
+
+    def _add(self, c: Call) -> None:
+        if id(c) in self.info:
+            return
+        info = describe_call(c)
+        self.info[id(c)] = info
+        for m in c.members:
+            self._add(m)
+        self.flow.add(c, info)
+
+    def of(self, c: Call) -> CallInfo:
+        if id(c) not in self.info:
+            self._add(c)
+        return self.info[id(c)]
+
+    def links(self, a: Call, group: List[Call]) -> bool:
+        """Does `a` feed a member of `group` or consume one's output (through lossless calls)?"""
+        ia = self.of(a)
+        a_out = set(roots(self.flow, ia.outs)) - {None}
+        a_in = set(roots(self.flow, ia.ins)) - {None}
+        for m in group:
+            im = self.of(m)
+            if a_out & set(roots(self.flow, im.ins)) or a_in & set(roots(self.flow, im.outs)):
+                return True
+        return False
+
+
+def _score(gc: Call, tc: Call, gs: Side, ts: Side) -> Optional[int]:
+    """How well two calls of a gap correspond; None: they cannot pair."""
+    if (gc.kind == "module") != (tc.kind == "module") or gc.kind == "parameters_grad":
+        return None
+    gi, ti = gs.of(gc), ts.of(tc)
+    if gc.kind == "module":
+        return 6 if gs.name(gc.key).rsplit(".", 3)[0] == ts.name(tc.key).rsplit(".", 3)[0] else None
+    if not gi.outs or not ti.outs or (gi.effect == LOSSLESS) != (ti.effect == LOSSLESS):
+        return None          # lossless ops pair only with lossless ops: alone they are harmless anyway
+    g_n = {numel(e.leaf) for e in gi.outs}
+    t_n = {numel(e.leaf) for e in ti.outs}
+    if not g_n & t_n:
+        return None
+    s = 0
+    if default_normalise(gs.name(gc.key)) == default_normalise(ts.name(tc.key)):
+        s += 4
+    elif op_family(gi.op) == op_family(ti.op) or gi.effect == LOSSLESS:
+        s += 2
+    if gi.outs[0].leaf.get("shape") == ti.outs[0].leaf.get("shape"):
+        s += 1
+    best = min((stats_distance(g.leaf, t.leaf) for g in gi.made for t in ti.made), default=float("inf"))
+    s += 4 if best <= _CLOSE else 1 if best <= _SIMILAR else 0
+    if any(stats_distance(g.leaf, t.leaf) <= _CLOSE for g in gi.ins for t in ti.ins):
+        s += 1
+    return s
+
+
+def _dp(G: List[Call], T: List[Call], gs: Side, ts: Side) -> List[Tuple[int, int]]:
+    """Order-preserving pairs of highest total score (each at least PAIR_MIN)."""
+    n, m = len(G), len(T)
+    if not n or not m:
+        return []
+    sc = [[_score(g, t, gs, ts) for t in T] for g in G]
+    best = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(1, n + 1):
+        row, prev = best[i], best[i - 1]
+        for j in range(1, m + 1):
+            v = max(prev[j], row[j - 1])
+            s = sc[i - 1][j - 1]
+            if s is not None and s >= PAIR_MIN:
+                v = max(v, prev[j - 1] + s)
+            row[j] = v
+    out, i, j = [], n, m
+    while i and j:
+        s = sc[i - 1][j - 1]
+        if s is not None and s >= PAIR_MIN and best[i][j] == best[i - 1][j - 1] + s:
+            out.append((i - 1, j - 1)); i -= 1; j -= 1
+        elif best[i][j] == best[i - 1][j]:
+            i -= 1
+        else:
+            j -= 1
+    return out[::-1]
+
+
+def _pair_gap(G: List[Call], T: List[Call], gs: Side, ts: Side) -> List[Tuple[int, int]]:
+    if len(G) * len(T) <= DP_LIMIT:
+        return _dp(G, T, gs, ts)
+    # too long for the quadratic programme: anchor on equal op families, then fill the gaps
+    a = [op_family(gs.of(c).op) for c in G]
+    b = [op_family(ts.of(c).op) for c in T]
+    anchors = [(i, j) for i, j in align(a, b, lambda k: k) if i is not None and j is not None]
+    out, pi, pj = [], 0, 0
+    for i, j in anchors + [(len(G), len(T))]:
+        if (i - pi) * (j - pj) <= DP_LIMIT:
+            out.extend((pi + x, pj + y) for x, y in _dp(G[pi:i], T[pj:j], gs, ts))
+        if i < len(G) and j < len(T):
+            out.append((i, j))
+        pi, pj = i + 1, j + 1
+    return out
+
+
+def _harmless_reason(info: CallInfo, side: Side) -> Optional[str]:
+    if info.effect == QUERY:
+        return f"a query ({info.op}) with no tensor output"
+    if info.effect == LOSSLESS:
+        return f"a lossless op ({info.op}): its output holds its input's values"
+    if info.outs and all(precision(o.leaf.get("dtype")) is None for o in info.outs) and \
+            not set(roots(side.flow, info.outs)) & side.consumed:
+        return f"integer bookkeeping ({info.op}, e.g. a step counter) that no recorded call reads"
+    return None
+
+
+class _Gap:
+    """One gap being resolved: its calls, their pairs and groups."""
+
+    def __init__(self, G: List[Call], T: List[Call], gs: Side, ts: Side, cross: bool,
+                 left: Optional[CallPair], right: Optional[CallPair]):
+        self.G, self.T, self.gs, self.ts, self.cross = G, T, gs, ts, cross
+        self.left, self.right = left, right
+
+    def resolve(self) -> List[CallPair]:
+        gs, ts = self.gs, self.ts
+        pairs = _pair_gap(self.G, self.T, gs, ts)
+        # groups: index of the pair (in `pairs`, or "left"/"right") -> members per side
+        grp: List[Tuple[List[Call], List[Call]]] = [([self.G[i]], [self.T[j]]) for i, j in pairs]
+        paired_g = {i for i, _ in pairs}
+        paired_t = {j for _, j in pairs}
+        open_g = [i for i in range(len(self.G)) if i not in paired_g and gs.of(self.G[i]).effect in (COMPUTE, LOSSY_CAST)]
+        open_t = [j for j in range(len(self.T)) if j not in paired_t and ts.of(self.T[j]).effect in (COMPUTE, LOSSY_CAST)]
+        edges = []
+        for side_pos in ("left", "right"):
+            cp = getattr(self, side_pos)
+            if cp is not None and cp.matched and not cp.exact and cp.kind == "api":
+                edges.append(cp)
+        fuzzy = [k for k, (gm, tm) in enumerate(grp) if not self._exact(gm[0], tm[0])]
+        # a computing call on one side only joins a linked pair of different ops of the gap ...
+        grouped_g = self._join(open_g, self.G, 0, grp, fuzzy, [], gs)
+        grouped_t = self._join(open_t, self.T, 1, grp, fuzzy, [], ts)
+        # ... what is open on both sides between the same two pairs forms one group ...
+        bounds_g = [i for i, _ in pairs] + [len(self.G)]
+        bounds_t = [j for _, j in pairs] + [len(self.T)]
+        extra_groups: Dict[int, Tuple[List[int], List[int]]] = {}
+        for seg in range(len(bounds_g)):
+            lo_g = bounds_g[seg - 1] if seg else -1
+            lo_t = bounds_t[seg - 1] if seg else -1
+            sg = [i for i in open_g if lo_g < i < bounds_g[seg] and i not in grouped_g]
+            st = [j for j in open_t if lo_t < j < bounds_t[seg] and j not in grouped_t]
+            if sg and st:
+                extra_groups[seg] = (sg, st)
+        grouped_g |= {i for sg, _ in extra_groups.values() for i in sg}
+        grouped_t |= {j for _, st in extra_groups.values() for j in st}
+        # ... and what is left joins a linked neighbouring pair of different ops, if any
+        grouped_g |= self._join([i for i in open_g if i not in grouped_g], self.G, 0, grp, [], edges, gs)
+        grouped_t |= self._join([j for j in open_t if j not in grouped_t], self.T, 1, grp, [], edges, ts)
+        in_group_g = {id(c) for gm, _ in grp for c in gm}
+        in_group_t = {id(c) for _, tm in grp for c in tm}
+
+        out: List[CallPair] = []
+        gi = ti = 0
+        direction = (self.G or self.T)[0].direction
+        for seg in range(len(bounds_g)):
+            while gi < bounds_g[seg]:
+                c = self.G[gi]
+                if id(c) not in in_group_g and gi not in grouped_g:
+                    out.append(self._single(c, None, direction))
+                gi += 1
+            while ti < bounds_t[seg]:
+                c = self.T[ti]
+                if id(c) not in in_group_t and ti not in grouped_t:
+                    out.append(self._single(None, c, direction))
+                ti += 1
+            if seg in extra_groups:
+                sg, st = extra_groups[seg]
+                out.append(self._pair([self.G[i] for i in sg], [self.T[j] for j in st], direction))
+            if seg < len(pairs):
+                gm, tm = grp[seg]
+                out.append(self._pair(gm, tm, direction))
+                gi, ti = bounds_g[seg] + 1, bounds_t[seg] + 1
+        return out
+
+    def _exact(self, g: Call, t: Call) -> bool:
+        return _exact(g, t, self.gs, self.ts)
+
+    def _join(self, open_idx: List[int], calls: List[Call], side: int, grp, fuzzy: List[int],
+              edges: List[CallPair], flow_side: Side) -> set:
+        """Attach open computing calls to linked pairs of different ops when that makes the two
+        sides' boundary values correspond better (MindSpore's MatMul joins the BiasAdd paired with
+        torch's linear; torch's pow.backward does not join the linear.backward it feeds, whose
+        input already corresponds); returns those attached."""
+        joined = set()
+        changed = True
+        while changed:
+            changed = False
+            for i in open_idx:
+                if i in joined:
+                    continue
+                c = calls[i]
+                cands = [grp[k] for k in fuzzy] + [(members(cp.golden), members(cp.target), cp) for cp in edges]
+                best, best_gain = None, None
+                for cand in cands:
+                    mine = cand[side]
+                    if not flow_side.links(c, mine):
+                        continue
+                    before = self._quality(cand[0], cand[1])
+                    after = self._quality(*((mine + [c], cand[1]) if side == 0 else (cand[0], mine + [c])))
+                    if after > before and (best_gain is None or after > best_gain):
+                        best, best_gain = cand, after
+                if best is None:
+                    continue
+                joined.add(i); changed = True
+                if len(best) == 3:                      # a neighbouring pair: merge into it now
+                    cp = best[2]
+                    new = sorted(best[side] + [c], key=lambda x: x.index)
+                    if side == 0:
+                        cp.golden = merge(new, flow_side.flow.root)
+                    else:
+                        cp.target = merge(new, flow_side.flow.root)
+                else:
+                    best[side].append(c)
+                    best[side].sort(key=lambda x: x.index)
+        return joined
+
+    def _quality(self, gm: List[Call], tm: List[Call]) -> Tuple[int, int]:
+        """How well two groups' boundaries correspond: (values with close statistics, minus
+        values without a partner of the same size)."""
+        g = merge(sorted(gm, key=lambda c: c.index), self.gs.flow.root)
+        t = merge(sorted(tm, key=lambda c: c.index), self.ts.flow.root)
+        close = unpaired = 0
+        for role in (INPUT, OUTPUT):
+            a = _boundary(g, role, self.gs.flow)
+            b = _boundary(t, role, self.ts.flow)
+            n_close, n_pairs = _match(a, b)
+            close += n_close
+            unpaired += len(a) + len(b) - 2 * n_pairs
+        return close, -unpaired
+
+    def _pair(self, gm: List[Call], tm: List[Call], direction: str) -> CallPair:
+        g = merge(sorted(gm, key=lambda c: c.index), self.gs.flow.root)
+        t = merge(sorted(tm, key=lambda c: c.index), self.ts.flow.root)
+        return _classified(CallPair(g, t, direction), self.gs, self.ts, self.cross)
+
+    def _single(self, g: Optional[Call], t: Optional[Call], direction: str) -> CallPair:
+        c = g or t
+        side = self.gs if g is not None else self.ts
+        return CallPair(g, t, direction, harmless=_harmless_reason(side.of(c), side))
+
+
+def _boundary(call: Call, role: str, flow: Flow) -> List[dict]:
+    """The tensors a (merged) call takes in or gives out, each value once."""
+    seen, out = set(), []
+    for e in tensors(call.entries, role):
+        r = flow.root(fingerprint(e.leaf))
+        if r is None or r not in seen:
+            seen.add(r)
+            out.append(e.leaf)
+    return out
+
+
+def _match(a: List[dict], b: List[dict]) -> Tuple[int, int]:
+    """(close pairs, pairs) of a greedy pairing of same-size tensors, closest statistics first."""
+    cands = sorted((stats_distance(x, y), i, j) for i, x in enumerate(a) for j, y in enumerate(b)
+                   if numel(x) == numel(y))
+    used_a, used_b, close = set(), set(), 0
+    for d, i, j in cands:
+        if i not in used_a and j not in used_b:
+            used_a.add(i); used_b.add(j)
+            close += d <= _CLOSE
+    return close, len(used_a)
+
+
+def _exact(g: Call, t: Call, gs: Side, ts: Side) -> bool:
+    return g.kind == t.kind and not g.members and not t.members \
+        and default_normalise(gs.name(g.key)) == default_normalise(ts.name(t.key))
+
+
+def _classified(cp: CallPair, gs: Side, ts: Side, cross: bool) -> CallPair:
+    """Set how a matched pair's values pair: by position for the same op in the same framework
+    (and for modules, whose inputs are the user's), else by data."""
+    cp.exact = _exact(cp.golden, cp.target, gs, ts)
+    cp.same_op = cp.kind == "module" or (not cross and cp.exact
+                                         and default_normalise(cp.golden.key) == default_normalise(cp.target.key))
+    return cp
+
+
+def refine(raw: List[CallPair], gs: Side, ts: Side, cross: bool) -> List[CallPair]:
+    """Resolve the gaps between the matched pairs of `raw` (one direction, one kind of call)."""
+    out: List[CallPair] = []
+    G: List[Call] = []
+    T: List[Call] = []
+
+    def flush(right: Optional[CallPair]) -> None:
+        if G or T:
+            left = out[-1] if out else None
+            out.extend(_Gap(list(G), list(T), gs, ts, cross, left, right).resolve())
+            G.clear(); T.clear()
+
+    for cp in raw:
+        if cp.matched:
+            _classified(cp, gs, ts, cross)
+            flush(cp)
+            out.append(cp)
+        elif cp.golden is not None:
+            G.append(cp.golden)
+        else:
+            T.append(cp.target)
+    flush(None)
+    return out
+
+
+__all__ = ["Side", "refine", "op_family", "PAIR_MIN"]
