@@ -42,10 +42,13 @@ def _replace(obj: Any, swap: dict) -> Any:
 class GradCapture:
     """Collects one call's gradients, then hands them to ``emit(grads_of_outputs, grads_of_inputs)``."""
 
-    __slots__ = ("emit", "n_in", "out_grads", "expected", "received", "done", "tapped")
+    __slots__ = ("emit", "n_in", "out_grads", "expected", "received", "done", "tapped", "on_start")
 
-    def __init__(self, emit: Callable[[list, list], None]):
+    def __init__(self, emit: Callable[[list, list], None], on_start: Optional[Callable[[], None]] = None):
+        """``on_start`` (optional): called when the first output gradient arrives while the
+        input gradients are still to come (the call's backward is running)."""
         self.emit = emit
+        self.on_start = on_start
         self.out_grads: List[Any] = []
         self.expected = 0
         self.received = 0
@@ -80,6 +83,8 @@ class GradCapture:
             with internal():
                 self.out_grads[i] = grad
                 self.received += 1
+                if self.received == 1 and self.tapped and self.on_start is not None and not self.done:
+                    self.on_start()
                 if not self.tapped and self.received == self.expected:
                     self._finish([])
         return hook

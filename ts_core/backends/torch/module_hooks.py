@@ -61,7 +61,8 @@ class ModuleHooks(HookSet):
             if call.selected:
                 col.forward_inputs(call, args, kwargs)
                 if self.want_backward and torch.is_grad_enabled():
-                    capture = GradCapture(lambda go, gi: col.backward(call, go, gi))
+                    capture = GradCapture(lambda go, gi: col.backward(call, go, gi),
+                                          on_start=lambda: col.backward_begins(call))
                     if not inplace:
                         args, kwargs = capture.tap_inputs(args, kwargs)
             stack.append((call, capture, inplace))
