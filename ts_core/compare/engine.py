@@ -257,27 +257,35 @@ def compare_calls(cp: CallPair, order: int, step: Optional[int], rank: str, gd: 
 
 def align_calls(gcalls: List[Call], tcalls: List[Call], opts: Options,
                 golden_name: Optional[Callable[[str], str]] = None,
-                target_name: Optional[Callable[[str], str]] = None, cross: bool = False) -> List[List[CallPair]]:
+                target_name: Optional[Callable[[str], str]] = None, cross: bool = False,
+                golden_parents: Optional[dict] = None, target_parents: Optional[dict] = None) -> List[List[CallPair]]:
     """Aligned call pairs per direction, in execution order: forward, backward, other.
 
     Module records and API calls are aligned apart (tools and frameworks emit a module's
-    record before or after its inner calls), each by name and order first (``matching.align``),
-    then the gaps by data flow (``refine``); the two are merged back in execution order.
+    record before or after its inner calls), and so are the forward calls of the model and
+    those made during or after the backward pass; each by name and order first
+    (``matching.align``), then the gaps by data flow (``refine``); all are merged back in
+    execution order.
     parameters_grad records pair by exact key instead, since tools place them differently
     (msprobe: before the module's backward record). ``golden_name``/``target_name`` give the
-    name a key is aligned under (cross-framework: MindSpore keys in torch vocabulary).
+    name a key is aligned under (cross-framework: MindSpore keys in torch vocabulary);
+    ``*_parents`` each side's construct.json.
     """
     gn = golden_name or _same
     tn = target_name or _same
-    g_side, t_side = Side(gcalls, gn), Side(tcalls, tn)
+    g_side, t_side = Side(gcalls, gn, golden_parents), Side(tcalls, tn, target_parents)
     out = []
     for direction in (FORWARD, BACKWARD, OTHER):
         gs = [c for c in gcalls if c.direction == direction]
         ts = [c for c in tcalls if c.direction == direction]
         lists = []
-        for modules in (True, False):
-            g_seq = [c for c in gs if c.kind != "parameters_grad" and (c.kind == "module") == modules]
-            t_seq = [c for c in ts if c.kind != "parameters_grad" and (c.kind == "module") == modules]
+        # forward calls made during or after the backward pass (a custom backward, the optimizer)
+        # align among themselves, not with the model's forward
+        for modules, late in ((True, False), (False, False), (True, True), (False, True)):
+            g_seq = [c for c in gs if c.kind != "parameters_grad" and (c.kind == "module") == modules
+                     and (direction == FORWARD and g_side.after_backward(c)) == late]
+            t_seq = [c for c in ts if c.kind != "parameters_grad" and (c.kind == "module") == modules
+                     and (direction == FORWARD and t_side.after_backward(c)) == late]
             raw = [CallPair(g_seq[i] if i is not None else None, t_seq[j] if j is not None else None, direction)
                    for i, j in align([gn(c.key) for c in g_seq], [tn(c.key) for c in t_seq], opts.normalise)]
             lists.append(refine(raw, g_side, t_side, cross))
@@ -331,7 +339,8 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
         notes.append(f"cross-framework compare ({gd.framework or '?'} vs {td.framework or '?'}): calls paired "
                      f"through the torch<->MindSpore mapping"
                      + (f"; groups merged: {'; '.join(prep.groups)}" if prep.groups else ""))
-    seqs = align_calls(gcalls, tcalls, opts, *names, cross=bool(cross))
+    seqs = align_calls(gcalls, tcalls, opts, *names, cross=bool(cross), golden_parents=gd.construct,
+                       target_parents=td.construct)
     step = golden.step if golden.step is not None else target.step
     rank = golden.rank or target.rank
     bar = Progress(sum(len(s) for s in seqs), f"compare {golden.label}", progress)

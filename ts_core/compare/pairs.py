@@ -78,7 +78,7 @@ def merge(calls: List[Call], root: Callable[[Optional[tuple]], Optional[tuple]] 
     through lossless calls between members (a Reshape between MatMul and BiasAdd)."""
     if len(calls) == 1:
         return calls[0]
-    made, used = set(), set()
+    made = set()
     ins: List[Entry] = []
     n_pos = 0
     kw_seen = set()
@@ -87,8 +87,7 @@ def merge(calls: List[Call], root: Callable[[Optional[tuple]], Optional[tuple]] 
             if e.role == OUTPUT:
                 continue
             if is_tensor_summary(e.leaf) and root(fingerprint(e.leaf)) in made:
-                used.add(root(fingerprint(e.leaf)))
-                continue
+                continue                                    # made by an earlier member
             name = e.arg.split(".", 1)[1] if "." in e.arg else e.arg
             if name.split(".", 1)[0].isdigit() or name in kw_seen:
                 ins.append(Entry(e.role, f"input.{n_pos}", e.leaf))
@@ -99,10 +98,17 @@ def merge(calls: List[Call], root: Callable[[Optional[tuple]], Optional[tuple]] 
         for e in c.entries:
             if e.role == OUTPUT and is_tensor_summary(e.leaf):
                 made.add(root(fingerprint(e.leaf)))
+    # an output is internal when a later member consumes it
+    later: List[set] = [set() for _ in calls]
+    seen: set = set()
+    for k in range(len(calls) - 1, -1, -1):
+        later[k] = set(seen)
+        seen |= {root(fingerprint(e.leaf)) for e in calls[k].entries
+                 if e.role != OUTPUT and is_tensor_summary(e.leaf)}
     outs: List[Entry] = []
-    for c in calls:
+    for k, c in enumerate(calls):
         for e in c.entries:
-            if e.role == OUTPUT and e.leaf is not None and root(fingerprint(e.leaf)) not in used:
+            if e.role == OUTPUT and e.leaf is not None and root(fingerprint(e.leaf)) not in later[k]:
                 outs.append(e)
     if not outs:
         outs = [e for e in calls[-1].entries if e.role == OUTPUT]
@@ -150,10 +156,10 @@ def _positional(g: Optional[Call], t: Optional[Call]) -> List[ValuePair]:
     return out
 
 
-def _by_data(gs: List[Entry], ts: List[Entry]) -> List[Tuple[Optional[Entry], Optional[Entry]]]:
+def _by_data(gs: List[Entry], ts: List[Entry], leftovers: bool) -> List[Tuple[Optional[Entry], Optional[Entry]]]:
     """Pair tensors of one role: same element count, then closest statistics, then order.
-    Left-overs pair by order when both sides have some (a shape bug still shows); the rest
-    stays unpaired."""
+    With ``leftovers`` (the same op on both sides), what is left pairs by order when both
+    sides have some (a shape bug still shows); else it stays unpaired."""
     cands = []
     for i, g in enumerate(gs):
         for j, t in enumerate(ts):
@@ -167,7 +173,7 @@ def _by_data(gs: List[Entry], ts: List[Entry]) -> List[Tuple[Optional[Entry], Op
     for _, _, _, i, j in cands:
         if i not in gi_used and j not in tj_used:
             gi_used.add(i); tj_used.add(j); got[i] = j
-    rest_t = [j for j in range(len(ts)) if j not in tj_used]
+    rest_t = [j for j in range(len(ts)) if j not in tj_used] if leftovers else []
     for i in range(len(gs)):
         if i not in got and rest_t:
             got[i] = rest_t.pop(0)
@@ -188,7 +194,7 @@ def pair_values(cp: CallPair) -> List[ValuePair]:
     for role in (INPUT, OUTPUT):
         gs = [e for e in g.entries if e.role == role and is_tensor_summary(e.leaf)]
         ts = [e for e in t.entries if e.role == role and is_tensor_summary(e.leaf)]
-        for ge, te in _by_data(gs, ts):
+        for ge, te in _by_data(gs, ts, cp.exact):
             note = f"paired with target {te.arg} by data flow" if te.arg != ge.arg else ""
             out.append((role, ge.arg, ge, te, note))
         # keyword arguments both signatures have (approximate=, eps=) are compared by name

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..dumpfmt import INPUT, OUTPUT
+from ..dumpfmt import BACKWARD, FORWARD, INPUT, OUTPUT
 from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, QUERY, CallInfo, Flow, describe_call, fingerprint, numel, roots,
                        precision, stats_distance, tensors)
 from .loader import Call
@@ -52,13 +52,24 @@ def op_family(op: str) -> str:
 class Side:
     """One dump's calls with their facts: what each does and how values flow."""
 
-    def __init__(self, calls: Sequence[Call], name: Callable[[str], str]):
+    def __init__(self, calls: Sequence[Call], name: Callable[[str], str],
+                 parents: Optional[Dict[str, object]] = None):
         self.name = name
+        self.parents = parents or {}
         self.info: Dict[int, CallInfo] = {}
         self.flow = Flow()
         for c in sorted(calls, key=lambda c: c.index):
             self._add(c)
         self.consumed = {r for c in calls for r in roots(self.flow, self.of(c).ins)} - {None}
+        self.first_backward = min((c.index for c in calls if c.direction == BACKWARD), default=None)
+
+    def parent_of(self, c: Call) -> Optional[object]:
+        """The module record `c` ran in (construct.json), if known."""
+        return self.parents.get(members(c)[0].key)
+
+    def after_backward(self, c: Call) -> bool:
+        """Does `c` run once the backward pass has begun (a custom backward's ops, the optimizer)?"""
+        return self.first_backward is not None and c.index > self.first_backward
 
     def _add(self, c: Call) -> None:
         if id(c) in self.info:
@@ -157,14 +168,19 @@ def _pair_gap(G: List[Call], T: List[Call], gs: Side, ts: Side) -> List[Tuple[in
     return out
 
 
-def _harmless_reason(info: CallInfo, side: Side) -> Optional[str]:
+def _harmless_reason(call: Call, side: Side) -> Optional[str]:
+    info = side.of(call)
     if info.effect == QUERY:
         return f"a query ({info.op}) with no tensor output"
     if info.effect == LOSSLESS:
         return f"a lossless op ({info.op}): its output holds its input's values"
-    if info.outs and all(precision(o.leaf.get("dtype")) is None for o in info.outs) and \
-            not set(roots(side.flow, info.outs)) & side.consumed:
+    unread = not set(roots(side.flow, info.outs)) & side.consumed
+    if info.outs and unread and all(precision(o.leaf.get("dtype")) is None for o in info.outs):
         return f"integer bookkeeping ({info.op}, e.g. a step counter) that no recorded call reads"
+    if unread and call.direction == FORWARD and call.kind == "api" and side.after_backward(call) \
+            and side.parent_of(call) is None:
+        return (f"an update after the backward pass ({info.op}, e.g. the optimizer's) that the other side does not "
+                f"record; no recorded call reads its result")
     return None
 
 
@@ -261,7 +277,8 @@ class _Gap:
                         continue
                     before = self._quality(cand[0], cand[1])
                     after = self._quality(*((mine + [c], cand[1]) if side == 0 else (cand[0], mine + [c])))
-                    if after > before and (best_gain is None or after > best_gain):
+                    # no value that corresponded stops corresponding, no input loses its partner
+                    if after[0] >= before[0] and after[1] >= before[1] and (best_gain is None or after > best_gain):
                         best, best_gain = cand, after
                 if best is None:
                     continue
@@ -280,7 +297,7 @@ class _Gap:
 
     def _quality(self, gm: List[Call], tm: List[Call]) -> Tuple[int, int]:
         """How well two groups' boundaries correspond: (values with close statistics, minus
-        values without a partner of the same size)."""
+        inputs without a partner of the same size)."""
         g = merge(sorted(gm, key=lambda c: c.index), self.gs.flow.root)
         t = merge(sorted(tm, key=lambda c: c.index), self.ts.flow.root)
         close = unpaired = 0
@@ -289,7 +306,8 @@ class _Gap:
             b = _boundary(t, role, self.ts.flow)
             n_close, n_pairs = _match(a, b)
             close += n_close
-            unpaired += len(a) + len(b) - 2 * n_pairs
+            if role == INPUT:
+                unpaired += len(a) + len(b) - 2 * n_pairs
         return close, -unpaired
 
     def _pair(self, gm: List[Call], tm: List[Call], direction: str) -> CallPair:
@@ -300,7 +318,7 @@ class _Gap:
     def _single(self, g: Optional[Call], t: Optional[Call], direction: str) -> CallPair:
         c = g or t
         side = self.gs if g is not None else self.ts
-        return CallPair(g, t, direction, harmless=_harmless_reason(side.of(c), side))
+        return CallPair(g, t, direction, harmless=_harmless_reason(c, side))
 
 
 def _boundary(call: Call, role: str, flow: Flow) -> List[dict]:
