@@ -380,7 +380,48 @@ def refine(raw: List[CallPair], gs: Side, ts: Side, cross: bool) -> List[CallPai
         else:
             T.append(cp.target)
     flush(None)
+    _repair_order(out, gs, ts)
     return out
+
+
+REORDER_WINDOW = 8           # how far apart two calls of one op may have swapped places
+
+
+def _inputs_agree(g: Call, t: Call, gs: Side, ts: Side) -> bool:
+    """Does every tensor input (and parameter) of `g` have a same-size one in `t` with close statistics?"""
+    t_ins = ts.of(t).ins
+    return all(any(numel(a.leaf) == numel(b.leaf) and stats_distance(a.leaf, b.leaf) <= _CLOSE for b in t_ins)
+               for a in gs.of(g).ins)
+
+
+def _repair_order(pairs: List[CallPair], gs: Side, ts: Side) -> None:
+    """Independent calls of one op that ran in another order (``q``, ``k``, ``v`` projections;
+    ``b(x) - a(x)`` vs ``a(x) - b(x)``) were paired by their counters; re-pair them by what
+    they consumed when that makes more pairs receive agreeing inputs."""
+    same = [k for k, cp in enumerate(pairs) if cp.matched and cp.exact and cp.kind != "parameters_grad"]
+    bad = [k for k in same if not _inputs_agree(pairs[k].golden, pairs[k].target, gs, ts)]
+    if not bad:
+        return
+    by_name: Dict[str, List[int]] = {}
+    for k in same:
+        by_name.setdefault(default_normalise(gs.name(pairs[k].golden.key)), []).append(k)
+    agree = {k: k not in bad for k in same}
+    for k in bad:
+        if agree[k]:
+            continue
+        peers = by_name[default_normalise(gs.name(pairs[k].golden.key))]
+        at = peers.index(k)
+        for m in peers[max(0, at - REORDER_WINDOW):at + REORDER_WINDOW + 1]:
+            if m == k:
+                continue
+            a, b = pairs[k], pairs[m]
+            now = _inputs_agree(a.golden, b.target, gs, ts) + _inputs_agree(b.golden, a.target, gs, ts)
+            if now > agree[k] + agree[m]:
+                a.target, b.target = b.target, a.target
+                agree[k] = _inputs_agree(a.golden, a.target, gs, ts)
+                agree[m] = _inputs_agree(b.golden, b.target, gs, ts)
+                if agree[k]:
+                    break
 
 
 __all__ = ["Side", "refine", "op_family", "PAIR_MIN"]
