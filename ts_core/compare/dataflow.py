@@ -49,24 +49,29 @@ def precision(dtype: object) -> Optional[int]:
     return _PRECISION.get(name)
 
 
+_FP_FIELDS = ("Max", "Min", "Mean", "Norm", "md5")
+
+
 def fingerprint(leaf) -> Optional[tuple]:
     """What identifies one recorded tensor on its side: equal fingerprints mean the same value."""
     if not is_tensor_summary(leaf):
         return None
-    stats = tuple(repr(leaf.get(k)) for k in ("Max", "Min", "Mean", "Norm", "md5"))
-    if all(s == "None" for s in stats):
+    get = leaf.get
+    stats = tuple("nan" if v != v else v for v in map(get, _FP_FIELDS))     # NaN == NaN here
+    if stats == (None, None, None, None, None):
         return None
-    return (str(leaf.get("dtype")), repr(leaf.get("shape"))) + stats
+    shape = get("shape")
+    return (str(get("dtype")), tuple(shape) if isinstance(shape, list) else shape) + stats
 
 
 def numel(leaf) -> Optional[int]:
     shape = leaf.get("shape") if isinstance(leaf, dict) else None
-    if not isinstance(shape, (list, tuple)) or not all(isinstance(s, int) for s in shape):
+    if not isinstance(shape, (list, tuple)):
         return None
-    n = 1
-    for s in shape:
-        n *= s
-    return n
+    try:
+        return math.prod(shape) if all(type(s) is int for s in shape) else None
+    except TypeError:
+        return None
 
 
 def _stat(leaf, k) -> Optional[float]:
@@ -86,6 +91,8 @@ def _stat(leaf, k) -> Optional[float]:
 def stats_distance(a: dict, b: dict) -> float:
     """Largest relative difference of Max/Min/Mean/Norm, scaled like compare_stats (by the
     larger of the value and the RMS); inf when nothing is comparable or numel differs."""
+    if a is b or all(a.get(k) == b.get(k) for k in STAT_NAMES) and a.get("Max") is not None:
+        return 0.0 if numel(a) == numel(b) else math.inf
     na, nb = numel(a), numel(b)
     if na != nb:
         return math.inf
@@ -195,6 +202,19 @@ def describe_call(call) -> CallInfo:
             if pi is None or po is None or po >= pi:
                 info.effect, info.src = LOSSLESS, src
     return info
+
+
+class Facts:
+    """``describe_call`` once per call (alignment and the walk both ask)."""
+
+    def __init__(self) -> None:
+        self._memo: Dict[int, Tuple[object, CallInfo]] = {}
+
+    def __call__(self, call) -> CallInfo:
+        got = self._memo.get(id(call))
+        if got is None or got[0] is not call:
+            got = self._memo[id(call)] = (call, describe_call(call))
+        return got[1]
 
 
 class Flow:

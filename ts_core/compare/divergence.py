@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Tuple
 
-from .dataflow import COMPUTE, LOSSLESS, Flow, describe_call, fingerprint, precision
+from .dataflow import LOSSLESS, Facts, Flow, fingerprint, precision
 from .loader import INPUT, OUTPUT, PARAMETER, Dump, Entry, is_tensor_summary
 from .matching import forward_key
 from .pairs import CallPair, in_time_order, members
@@ -78,8 +78,9 @@ def _first_key(call) -> str:
 class _Walk:
     """State of one walk over the pairs of one step/rank."""
 
-    def __init__(self, seqs: List[List[CallPair]], gd: Dump, td: Dump, step, rank):
+    def __init__(self, seqs: List[List[CallPair]], gd: Dump, td: Dump, step, rank, facts: Optional[Facts] = None):
         self.gd, self.td, self.step, self.rank = gd, td, step, rank
+        self.describe = facts or Facts()
         self.order = in_time_order(seqs)
         self.pos = {id(cp): i for i, cp in enumerate(self.order)}
         self.flows = (Flow(), Flow())
@@ -90,7 +91,7 @@ class _Walk:
                 calls[side].extend((m, cp) for m in members(call))
         for side in (0, 1):
             for call, cp in sorted(calls[side], key=lambda x: x[0].index):
-                self.flows[side].add(cp, describe_call(call))
+                self.flows[side].add(cp, self.describe(call))
                 if side == 0 and call.kind == "module":
                     for e in call.entries:
                         if e.role == PARAMETER and fingerprint(e.leaf) is not None:
@@ -250,7 +251,7 @@ class _Walk:
                 if found is not None:
                     break
             frontier = nxt
-        lossless = all(describe_call(c).effect == LOSSLESS for c in (cp.golden, cp.target))
+        lossless = all(self.describe(c).effect == LOSSLESS for c in (cp.golden, cp.target))
         if found is None:
             return None
         outs = [r for r in found.rows if r.role == OUTPUT]
@@ -307,10 +308,11 @@ class _Walk:
         return self._build(grad, rows, cause)
 
 
-def find_first_divergence(seqs, gd: Dump, td: Dump, step, rank) -> Tuple[Optional[FirstDivergence], str]:
+def find_first_divergence(seqs, gd: Dump, td: Dump, step, rank,
+                          facts: Optional[Facts] = None) -> Tuple[Optional[FirstDivergence], str]:
     """Return the first divergence (or None) and a note saying why there is none. Rows of
     outputs that two different ops split differently (every consumer agrees) are passed first."""
-    walk = _Walk(seqs, gd, td, step, rank)
+    walk = _Walk(seqs, gd, td, step, rank, facts)
     walk.settle_artefacts()
     fd = walk.run()
     if fd is not None:

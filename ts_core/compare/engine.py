@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .crossframework import is_cross, prepare
+from .dataflow import Facts
 from .divergence import find_first_divergence
 from .errors import TensorFileError
 from .loader import OUTPUT, PARAMETER, Call, Dump, DumpUnit, Entry, is_tensor_summary
@@ -258,7 +259,8 @@ def compare_calls(cp: CallPair, order: int, step: Optional[int], rank: str, gd: 
 def align_calls(gcalls: List[Call], tcalls: List[Call], opts: Options,
                 golden_name: Optional[Callable[[str], str]] = None,
                 target_name: Optional[Callable[[str], str]] = None, cross: bool = False,
-                golden_parents: Optional[dict] = None, target_parents: Optional[dict] = None) -> List[List[CallPair]]:
+                golden_parents: Optional[dict] = None, target_parents: Optional[dict] = None,
+                facts: Optional[Facts] = None) -> List[List[CallPair]]:
     """Aligned call pairs per direction, in execution order: forward, backward, other.
 
     Module records and API calls are aligned apart (tools and frameworks emit a module's
@@ -273,7 +275,8 @@ def align_calls(gcalls: List[Call], tcalls: List[Call], opts: Options,
     """
     gn = golden_name or _same
     tn = target_name or _same
-    g_side, t_side = Side(gcalls, gn, golden_parents), Side(tcalls, tn, target_parents)
+    facts = facts or Facts()
+    g_side, t_side = Side(gcalls, gn, golden_parents, facts), Side(tcalls, tn, target_parents, facts)
     out = []
     for direction in (FORWARD, BACKWARD, OTHER):
         gs = [c for c in gcalls if c.direction == direction]
@@ -339,8 +342,9 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
         notes.append(f"cross-framework compare ({gd.framework or '?'} vs {td.framework or '?'}): calls paired "
                      f"through the torch<->MindSpore mapping"
                      + (f"; groups merged: {'; '.join(prep.groups)}" if prep.groups else ""))
+    facts = Facts()
     seqs = align_calls(gcalls, tcalls, opts, *names, cross=bool(cross), golden_parents=gd.construct,
-                       target_parents=td.construct)
+                       target_parents=td.construct, facts=facts)
     step = golden.step if golden.step is not None else target.step
     rank = golden.rank or target.rank
     bar = Progress(sum(len(s) for s in seqs), f"compare {golden.label}", progress)
@@ -351,7 +355,7 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
             order += 1
             bar.advance()
     rows = [r for seq in seqs for cp in seq for r in cp.rows]
-    fd, note = find_first_divergence(seqs, gd, td, step, rank)
+    fd, note = find_first_divergence(seqs, gd, td, step, rank, facts)
     matched = sum(1 for seq in seqs for cp in seq if cp.golden and cp.target)
     counts = {"records_golden": len(gcalls), "records_target": len(tcalls), "matched": matched,
               "unmatched_golden": sum(1 for s in seqs for cp in s if cp.target is None),

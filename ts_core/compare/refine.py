@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..dumpfmt import BACKWARD, FORWARD, INPUT, OUTPUT
-from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, QUERY, CallInfo, Flow, describe_call, fingerprint, numel, roots,
-                       precision, stats_distance, tensors)
+from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, QUERY, CallInfo, Facts, Flow, fingerprint, numel, precision,
+                       roots, stats_distance, tensors)
 from .loader import Call
 from .matching import align, default_normalise
 from .pairs import CallPair, members, merge
@@ -53,8 +53,9 @@ class Side:
     """One dump's calls with their facts: what each does and how values flow."""
 
     def __init__(self, calls: Sequence[Call], name: Callable[[str], str],
-                 parents: Optional[Dict[str, object]] = None):
+                 parents: Optional[Dict[str, object]] = None, facts: Optional[Facts] = None):
         self.name = name
+        self.describe = facts or Facts()
         self.parents = parents or {}
         self.info: Dict[int, CallInfo] = {}
         self.flow = Flow()
@@ -74,7 +75,7 @@ class Side:
     def _add(self, c: Call) -> None:
         if id(c) in self.info:
             return
-        info = describe_call(c)
+        info = self.describe(c)
         self.info[id(c)] = info
         for m in c.members:
             self._add(m)
@@ -199,8 +200,11 @@ class _Gap:
         grp: List[Tuple[List[Call], List[Call]]] = [([self.G[i]], [self.T[j]]) for i, j in pairs]
         paired_g = {i for i, _ in pairs}
         paired_t = {j for _, j in pairs}
-        open_g = [i for i in range(len(self.G)) if i not in paired_g and gs.of(self.G[i]).effect in (COMPUTE, LOSSY_CAST)]
-        open_t = [j for j in range(len(self.T)) if j not in paired_t and ts.of(self.T[j]).effect in (COMPUTE, LOSSY_CAST)]
+        # open: computing API calls left unpaired (module records are never grouped: they nest)
+        open_g = [i for i in range(len(self.G)) if i not in paired_g and self.G[i].kind == "api"
+                  and gs.of(self.G[i]).effect in (COMPUTE, LOSSY_CAST)]
+        open_t = [j for j in range(len(self.T)) if j not in paired_t and self.T[j].kind == "api"
+                  and ts.of(self.T[j]).effect in (COMPUTE, LOSSY_CAST)]
         edges = []
         for side_pos in ("left", "right"):
             cp = getattr(self, side_pos)
