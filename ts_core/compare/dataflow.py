@@ -14,6 +14,7 @@ Both alignment and the first-divergence walk reason about *values*, not names:
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -221,36 +222,55 @@ class Flow:
     """Producer -> consumer links of one side, by fingerprint, through lossless calls.
 
     ``root(fp)`` is the fingerprint a value had before lossless calls reshaped, copied or
-    widened it; ``producer(fp)`` the first call (in the order ``add`` saw them) whose
-    output carried that root.
+    widened it; ``producer(leaf)`` the call whose output carried that root: the last one
+    before ``before`` (a dump index) when given, since equal masks or constants made by
+    several calls share a fingerprint, else the first.
     """
 
     def __init__(self) -> None:
         self._root: Dict[tuple, tuple] = {}
-        self._producer: Dict[tuple, object] = {}
+        self._made: Dict[tuple, List[Tuple[int, object, int]]] = {}    # root -> [(index, owner, slot)]
 
     def root(self, fp: Optional[tuple]) -> Optional[tuple]:
         if fp is None:
             return None
         return self._root.get(fp, fp)
 
-    def add(self, owner: object, info: CallInfo) -> None:
-        """Record what a call produced (owner: what ``producer`` returns for it)."""
+    def add(self, owner: object, info: CallInfo, index: int = 0) -> None:
+        """Record what a call produced (owner: what ``producer`` returns for it); calls are
+        added in execution order."""
         if info.effect == LOSSLESS and info.src is not None:
             src = self.root(fingerprint(info.src.leaf))
             if src is not None:
                 for o in info.outs:
                     fp = fingerprint(o.leaf)
-                    if fp is not None and fp != src and fp not in self._producer:
+                    if fp is not None and fp != src and fp not in self._made:
                         self._root.setdefault(fp, src)
                 return
-        for o in info.outs:
+        for i, o in enumerate(info.outs):
             fp = fingerprint(o.leaf)
             if fp is not None:
-                self._producer.setdefault(self.root(fp), owner)
+                made = self._made.setdefault(self.root(fp), [])
+                if not made or made[-1][1] is not owner:
+                    made.append((index, owner, i))
 
-    def producer(self, leaf) -> Optional[object]:
-        return self._producer.get(self.root(fingerprint(leaf)))
+    def _find(self, leaf, before: Optional[int]) -> Optional[Tuple[int, object, int]]:
+        made = self._made.get(self.root(fingerprint(leaf)))
+        if not made:
+            return None
+        if before is None:
+            return made[0]
+        k = bisect_left(made, before, key=lambda m: m[0])
+        return made[k - 1] if k else made[0]
+
+    def producer(self, leaf, before: Optional[int] = None) -> Optional[object]:
+        got = self._find(leaf, before)
+        return got[1] if got else None
+
+    def slot(self, leaf, before: Optional[int] = None) -> Optional[int]:
+        """The position, among its producer's tensor outputs, of the value `leaf` carries."""
+        got = self._find(leaf, before)
+        return got[2] if got else None
 
 
 def roots(flow: Flow, entries: Sequence[Entry]) -> List[Optional[tuple]]:

@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Tuple
 
 from .dataflow import LOSSLESS, Facts, Flow, fingerprint, precision
 from .loader import INPUT, OUTPUT, PARAMETER, Dump, Entry, is_tensor_summary
-from .matching import forward_key
+from .matching import FORWARD, forward_key
 from .pairs import CallPair, in_time_order, members
 from .result import FirstDivergence, Row
 from .verdict import ERROR, PASS
@@ -91,18 +91,28 @@ class _Walk:
                 calls[side].extend((m, cp) for m in members(call))
         for side in (0, 1):
             for call, cp in sorted(calls[side], key=lambda x: x[0].index):
-                self.flows[side].add(cp, self.describe(call))
+                self.flows[side].add(cp, self.describe(call), call.index)
                 if side == 0 and call.kind == "module":
                     for e in call.entries:
                         if e.role == PARAMETER and fingerprint(e.leaf) is not None:
                             self.params.setdefault(fingerprint(e.leaf), (call.key, e.arg.split(".", 1)[-1]))
         self._consumers: Optional[Tuple[Dict, Dict]] = None
+        self.by_key = {m.key: cp for cp in self.order for m in members(cp.golden)}
 
     # -- facts -------------------------------------------------------------------------------
-    def producer(self, side: int, e: Optional[Entry]) -> Optional[CallPair]:
+    def producer(self, side: int, e: Optional[Entry], consumer: Optional[CallPair] = None) -> Optional[CallPair]:
+        """The pair whose call made the value `e` carries on `side` (the latest before `consumer`)."""
         if e is None or not is_tensor_summary(e.leaf):
             return None
-        return self.flows[side].producer(e.leaf)
+        return self.flows[side].producer(e.leaf, self._before(side, consumer))
+
+    def slot(self, side: int, e: Entry, consumer: Optional[CallPair] = None) -> Optional[int]:
+        return self.flows[side].slot(e.leaf, self._before(side, consumer))
+
+    @staticmethod
+    def _before(side: int, consumer: Optional[CallPair]) -> Optional[int]:
+        call = None if consumer is None else (consumer.golden if side == 0 else consumer.target)
+        return None if call is None else max(m.index for m in members(call))
 
     def consumers(self, side: int, e: Entry) -> List[Tuple[CallPair, Row]]:
         """Input rows, on any later pair, that received the value `e` on `side`."""
@@ -124,18 +134,85 @@ class _Walk:
 
     # -- the walk ------------------------------------------------------------------------------
     def settle_artefacts(self) -> None:
-        """Pass the differing outputs of pairs of different ops that every consumer receives
-        agreeing (see ``_cleared``): the two sides split that value differently, nothing differs."""
+        """Pass rows that differ only in how the two sides split a computation:
+        - outputs of a pair of different ops that every consumer receives agreeing (see
+          ``_cleared``; partial gradients of an input used twice);
+        - inputs of a call whose outputs agree, fed by a computing call one side runs alone or
+          by other (agreeing) calls than on the other side: ``softmax(x - max(x))`` vs
+          ``softmax(x)``, ``(q * s) @ k`` vs ``(q @ k) * s``, ``b + a`` vs ``a + b``;
+        - a chain of calls fed in another order whose result agrees again at its end (experts
+          summed in reverse order: the partial sums differ, the sum does not)."""
         for cp in self.order:
-            if not cp.matched or cp.exact or cp.kind == "parameters_grad":
+            if not cp.matched or cp.kind == "parameters_grad":
                 continue
             out_fail = [r for r in cp.rows if r.failed and r.role == OUTPUT]
-            if out_fail and not any(r.failed for r in cp.rows if r.role != OUTPUT) and self._cleared(cp, out_fail):
+            in_fail = [r for r in cp.rows if r.failed and r.role != OUTPUT]
+            chain = self._reordered_chain(cp, out_fail, in_fail) if out_fail and in_fail else None
+            if chain:
+                end = chain[-1]
+                for p in chain:
+                    for r in p.rows:
+                        if r.failed and r.mode != "value" and (p is not end or r.role != OUTPUT):
+                            r.verdict = PASS
+                            r.reason = (f"the two sides feed this chain of calls in another order; its intermediate "
+                                        f"values differ but its result agrees again at {end.key}; as paired: {r.reason}")
+                continue
+            if out_fail and not cp.exact and not in_fail and self._cleared(cp, out_fail):
                 for r in out_fail:
                     r.verdict = PASS
                     r.reason = (f"every consumer receives this value agreeing: the two sides split it differently "
                                 f"(e.g. partial gradients of an input used twice), so it is not compared here; "
                                 f"as paired: {r.reason}")
+            if out_fail or not any(r.role == OUTPUT for r in cp.rows):
+                continue
+            for r in in_fail:
+                if r.mode == "value":
+                    continue
+                pg = self.producer(0, cp.entry("golden", r.role, r.arg), cp)
+                pt = self.producer(1, cp.entry("target", r.role, r.arg), cp)
+                extra = next((p for p in (pg, pt) if p is not None and not p.matched and not p.harmless
+                              and p.kind == "api"), None)
+                rewired = pg is not None and pt is not None and (pg is not pt or pg.same_op and (
+                    self.slot(0, cp.entry("golden", r.role, r.arg), cp)
+                    != self.slot(1, cp.entry("target", r.role, r.arg), cp)))
+                if extra is not None or rewired:
+                    why = (f"{extra.key} runs only in {'golden' if extra.golden else 'target'} before it"
+                           if extra is not None else f"it comes from {pg.key} in golden and {pt.key} in target")
+                    r.verdict = PASS
+                    r.reason = (f"the two sides split the computation differently here ({why}) and this call's "
+                                f"outputs agree; as paired: {r.reason}")
+
+    def _reordered_chain(self, cp: CallPair, out_fail: List[Row], in_fail: List[Row]) -> Optional[List[CallPair]]:
+        """`cp` and the calls after it that consume its differing outputs, up to the first whose
+        outputs agree, when every differing input of `cp` comes from other (agreeing) calls on the
+        two sides; None when the chain does not agree again within a few calls."""
+        for r in in_fail:
+            if r.mode == "value":
+                return None
+            pg = self.producer(0, cp.entry("golden", r.role, r.arg), cp)
+            pt = self.producer(1, cp.entry("target", r.role, r.arg), cp)
+            if pg is None or pt is None or pg is pt or not pg.matched or not pt.matched:
+                return None
+        chain, here = [cp], cp
+        for _ in range(32):
+            nxt = set()
+            for r in (x for x in here.rows if x.role == OUTPUT and x.failed):
+                for side, name in ((0, "golden"), (1, "target")):
+                    e = here.entry(name, r.role, r.arg)
+                    if e is not None:
+                        nxt |= {id(c) for c, _ in self.consumers(side, e) if self.pos[id(c)] > self.pos[id(here)]}
+            nxt_pairs = sorted((self.order[self.pos[i]] for i in nxt), key=lambda c: self.pos[id(c)])
+            if not nxt_pairs:
+                return None
+            agreeing = [c for c in nxt_pairs if any(x.role == OUTPUT for x in c.rows)
+                        and not any(x.failed for x in c.rows if x.role == OUTPUT)]
+            if agreeing:
+                return chain + [agreeing[0]]
+            if len(nxt_pairs) != 1:
+                return None
+            here = nxt_pairs[0]
+            chain.append(here)
+        return None
 
     def run(self) -> Optional[FirstDivergence]:
         for cp in self.order:
@@ -154,28 +231,46 @@ class _Walk:
         in_fail = [r for r in failing if r.role != OUTPUT]
         causes: List[str] = []
         origins: List[str] = []
+        lossless = all(self.describe(c).effect == LOSSLESS for c in (cp.golden, cp.target))
         for r in in_fail:
             if r.mode == "value":
                 continue
             ge, te = cp.entry("golden", r.role, r.arg), cp.entry("target", r.role, r.arg)
-            pg, pt = self.producer(0, ge), self.producer(1, te)
-            for p in (pg, pt):
-                if p is not None and not p.matched and p.kind != "parameters_grad" and not p.harmless:
-                    return self._extra(p, cp, r)
+            pg, pt = self.producer(0, ge, cp), self.producer(1, te, cp)
             for p in (pg, pt):
                 if p is not None and p.kind == "parameters_grad" and any(x.failed for x in p.rows):
                     return self._gradient(p, cp, r)
+            if pg is None and pt is None:
+                author = self._author(cp, r, ge)
+                if author is not None:
+                    return author
+                origins.append(self._origin(r, ge))
+                continue
+            # a value some call made: it only matters here if this call's outputs differ too
+            # (an extra or re-wired value the call turns into the same result is harmless), and a
+            # lossless call only passes it on (its consumer is named, through it)
+            if not out_fail or lossless:
+                continue
+            for p in (pg, pt):
+                if p is not None and not p.matched and p.kind != "parameters_grad" and not p.harmless:
+                    return self._extra(p, cp, r)
             if pg is not None and pg is pt:
                 if any(x.failed for x in pg.rows if x.role == OUTPUT):
                     continue                                   # propagated from an earlier divergence
-                causes.append(f"{r.arg} is the output of {pg.key}, which agrees there, but arrives here changed "
-                              f"(by an op the dump does not record)")
-            elif pg is None and pt is None:
-                origins.append(self._origin(r, ge))
+                sg, st = self.slot(0, ge, cp), self.slot(1, te, cp)
+                if pg.same_op and sg is not None and st is not None and sg != st:
+                    causes.append(f"{r.arg} is output {sg} of {pg.key} in golden but output {st} in target "
+                                  f"(the calls are wired differently)")
+                else:
+                    causes.append(f"{r.arg} is the output of {pg.key}, which agrees there, but arrives here "
+                                  f"changed (by an op the dump does not record)")
             elif pg is not None and pt is not None:
                 causes.append(f"{r.arg} comes from {pg.key} in golden but from {pt.key} in target "
                               f"(the calls are wired differently)")
             else:
+                author = self._author(cp, r, ge)
+                if author is not None:
+                    return author
                 src, side = (pg, "golden") if pg is not None else (pt, "target")
                 causes.append(f"{r.arg} comes from {src.key} in {side} and from no recorded call in the other")
         if origins:
@@ -192,6 +287,11 @@ class _Walk:
             return self._build(cp, out_fail, f"a changed argument explains its differing outputs: {changed}")
         if in_fail:
             return None                                         # every differing input is propagated
+        for r in out_fail:                                      # a module whose result an extra call made
+            for side, name in ((0, "golden"), (1, "target")):
+                p = self.producer(side, cp.entry(name, r.role, r.arg), cp)
+                if p is not None and p is not cp and not p.matched and p.kind == "api" and not p.harmless:
+                    return self._extra(p, cp, r)
         lost = self._precision_lost(cp)
         if lost is not None:
             return lost
@@ -199,6 +299,31 @@ class _Walk:
                                          "is computed here")
 
     # -- rules ----------------------------------------------------------------------------------
+    def _author(self, cp: CallPair, r: Row, ge: Optional[Entry]) -> Optional[FirstDivergence]:
+        """A module whose differing input no recorded call produced (on one side or both)
+        received it from the code of an enclosing module: ops between its submodules that the
+        level does not record, or a wrong wiring there. Name the innermost enclosing module that
+        did not itself receive a differing value from outside. None when the value comes from
+        outside every recorded module (a model input) or is a parameter."""
+        if cp.kind != "module" or cp.direction != FORWARD or r.role != INPUT or ge is None:
+            return None
+        if fingerprint(ge.leaf) in self.params:
+            return None
+        key = cp.golden.key
+        while True:
+            parent = self.gd.construct.get(key)
+            owner = self.by_key.get(parent) if parent else None
+            if owner is None or not owner.matched or owner.kind != "module":
+                return None
+            outside = [x for x in owner.rows if x.failed and x.role == INPUT and x.mode != "value"
+                       and self.producer(0, owner.entry("golden", x.role, x.arg), owner) is None]
+            if not outside:
+                cause = (f"{cp.key} receives {r.arg} differing, and no recorded call made it on both sides: it is "
+                         f"computed in the code of {owner.key} itself (between its submodules; the dump does not "
+                         f"record those ops at this level)")
+                return self._build(owner, [r], cause)
+            key = parent                                    # the difference came from further out
+
     def _origin(self, r: Row, ge: Optional[Entry]) -> str:
         fp = fingerprint(ge.leaf) if ge is not None else None
         if r.role == PARAMETER:
@@ -239,8 +364,8 @@ class _Walk:
                     pg, pt = precision(r.golden_dtype), precision(r.target_dtype)
                     if pg is None or pt is None or pg == pt:
                         continue
-                    src = self.producer(0, p.entry("golden", r.role, r.arg)) or \
-                        self.producer(1, p.entry("target", r.role, r.arg))
+                    src = self.producer(0, p.entry("golden", r.role, r.arg), p) or \
+                        self.producer(1, p.entry("target", r.role, r.arg), p)
                     if src is None or id(src) in seen or not src.matched:
                         continue
                     seen.add(id(src))

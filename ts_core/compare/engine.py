@@ -13,7 +13,7 @@ from .loader import OUTPUT, PARAMETER, Call, Dump, DumpUnit, Entry, is_tensor_su
 from .matching import BACKWARD, FORWARD, OTHER, align, default_normalise
 from .metrics import STAT_NAMES, compare_arrays, compare_stats, has_stats
 from .pairs import CallPair, in_time_order, members, pair_values
-from .refine import Side, refine
+from .refine import Side, forward_partners, refine
 from .result import PairResult, Row, count_rows
 from .verdict import ERROR, PASS, WARNING, pick_tolerance, stats_verdict, tensor_verdict, values_equal, worse
 
@@ -278,6 +278,7 @@ def align_calls(gcalls: List[Call], tcalls: List[Call], opts: Options,
     facts = facts or Facts()
     g_side, t_side = Side(gcalls, gn, golden_parents, facts), Side(tcalls, tn, target_parents, facts)
     out = []
+    partners: dict = {}
     for direction in (FORWARD, BACKWARD, OTHER):
         gs = [c for c in gcalls if c.direction == direction]
         ts = [c for c in tcalls if c.direction == direction]
@@ -291,7 +292,9 @@ def align_calls(gcalls: List[Call], tcalls: List[Call], opts: Options,
                      and (direction == FORWARD and t_side.after_backward(c)) == late]
             raw = [CallPair(g_seq[i] if i is not None else None, t_seq[j] if j is not None else None, direction)
                    for i, j in align([gn(c.key) for c in g_seq], [tn(c.key) for c in t_seq], opts.normalise)]
-            lists.append(refine(raw, g_side, t_side, cross))
+            lists.append(refine(raw, g_side, t_side, cross, partners if direction == BACKWARD else None))
+        if direction == FORWARD:
+            partners = forward_partners([cp for seq in lists for cp in seq])
         out.append(_insert_keyed(in_time_order(lists), gs, ts, direction, gn, tn))
     return out
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..dumpfmt import BACKWARD, FORWARD, INPUT, OUTPUT
+from ..dumpfmt import BACKWARD, FORWARD, INPUT, OUTPUT, forward_key
 from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, QUERY, CallInfo, Facts, Flow, fingerprint, numel, precision,
                        roots, stats_distance, tensors)
 from .loader import Call
 from .matching import align, default_normalise
 from .pairs import CallPair, members, merge
+from .verdict import values_equal
 
 PAIR_MIN = 3                 # lowest score at which two calls of a gap pair
 DP_LIMIT = 40_000            # larger gaps are split on equal op names first
@@ -62,6 +63,7 @@ class Side:
         for c in sorted(calls, key=lambda c: c.index):
             self._add(c)
         self.consumed = {r for c in calls for r in roots(self.flow, self.of(c).ins)} - {None}
+        self.by_key = {m.key: m for c in calls for m in [c] + c.members}
         self.first_backward = min((c.index for c in calls if c.direction == BACKWARD), default=None)
 
     def parent_of(self, c: Call) -> Optional[object]:
@@ -79,7 +81,7 @@ class Side:
         self.info[id(c)] = info
         for m in c.members:
             self._add(m)
-        self.flow.add(c, info)
+        self.flow.add(c, info, c.index)
 
     def of(self, c: Call) -> CallInfo:
         if id(c) not in self.info:
@@ -87,7 +89,18 @@ class Side:
         return self.info[id(c)]
 
     def links(self, a: Call, group: List[Call]) -> bool:
-        """Does `a` feed a member of `group` or consume one's output (through lossless calls)?"""
+        """Does `a` feed a member of `group` or consume one's output (through lossless calls)?
+        Backward records are linked as their forward calls are: a gradient that reaches its
+        consumer only summed with others (an input used twice) carries no recorded fingerprint."""
+        if self._linked(a, group):
+            return True
+        if a.direction == BACKWARD:
+            af = self.by_key.get(forward_key(a.key))
+            fwd = [self.by_key.get(forward_key(m.key)) for m in group if m.direction == BACKWARD]
+            return af is not None and self._linked(af, [f for f in fwd if f is not None])
+        return False
+
+    def _linked(self, a: Call, group: List[Call]) -> bool:
         ia = self.of(a)
         a_out = set(roots(self.flow, ia.outs)) - {None}
         a_in = set(roots(self.flow, ia.ins)) - {None}
@@ -112,14 +125,17 @@ def _score(gc: Call, tc: Call, gs: Side, ts: Side) -> Optional[int]:
     if not g_n & t_n:
         return None
     s = 0
-    if default_normalise(gs.name(gc.key)) == default_normalise(ts.name(tc.key)):
+    same_name = default_normalise(gs.name(gc.key)) == default_normalise(ts.name(tc.key))
+    if same_name:
         s += 4
     elif op_family(gi.op) == op_family(ti.op) or gi.effect == LOSSLESS:
         s += 2
     if gi.outs[0].leaf.get("shape") == ti.outs[0].leaf.get("shape"):
         s += 1
-    best = min((stats_distance(g.leaf, t.leaf) for g in gi.made for t in ti.made), default=float("inf"))
+    best = min((stats_distance(g.leaf, t.leaf) for g in _results(gi) for t in _results(ti)), default=float("inf"))
     s += 4 if best <= _CLOSE else 1 if best <= _SIMILAR else 0
+    if same_name and best > _SIMILAR:
+        s -= 2        # the same op computing something else: weaker than another op computing the same
     if any(stats_distance(g.leaf, t.leaf) <= _CLOSE for g in gi.ins for t in ti.ins):
         s += 1
     return s
@@ -217,7 +233,7 @@ class _Gap:
         # ... what is open on both sides between the same two pairs forms one group ...
         bounds_g = [i for i, _ in pairs] + [len(self.G)]
         bounds_t = [j for _, j in pairs] + [len(self.T)]
-        extra_groups: Dict[int, Tuple[List[int], List[int]]] = {}
+        extra_groups: Dict[int, Tuple[List[int], List[int]]] = {}     # segment -> open indices
         for seg in range(len(bounds_g)):
             lo_g = bounds_g[seg - 1] if seg else -1
             lo_t = bounds_t[seg - 1] if seg else -1
@@ -227,9 +243,12 @@ class _Gap:
                 extra_groups[seg] = (sg, st)
         grouped_g |= {i for sg, _ in extra_groups.values() for i in sg}
         grouped_t |= {j for _, st in extra_groups.values() for j in st}
-        # ... and what is left joins a linked neighbouring pair of different ops, if any
-        grouped_g |= self._join([i for i in open_g if i not in grouped_g], self.G, 0, grp, [], edges, gs)
-        grouped_t |= self._join([j for j in open_t if j not in grouped_t], self.T, 1, grp, [], edges, ts)
+        # ... and what is left joins a linked group or neighbouring pair of different ops, if any
+        extra = {seg: ([self.G[i] for i in sg], [self.T[j] for j in st]) for seg, (sg, st) in extra_groups.items()}
+        cands = grp + list(extra.values())
+        later = list(range(len(grp), len(cands))) + fuzzy
+        grouped_g |= self._join([i for i in open_g if i not in grouped_g], self.G, 0, cands, later, edges, gs)
+        grouped_t |= self._join([j for j in open_t if j not in grouped_t], self.T, 1, cands, later, edges, ts)
         in_group_g = {id(c) for gm, _ in grp for c in gm}
         in_group_t = {id(c) for _, tm in grp for c in tm}
 
@@ -247,9 +266,8 @@ class _Gap:
                 if id(c) not in in_group_t and ti not in grouped_t:
                     out.append(self._single(None, c, direction))
                 ti += 1
-            if seg in extra_groups:
-                sg, st = extra_groups[seg]
-                out.append(self._pair([self.G[i] for i in sg], [self.T[j] for j in st], direction))
+            if seg in extra:
+                out.append(self._pair(*extra[seg], direction))
             if seg < len(pairs):
                 gm, tm = grp[seg]
                 out.append(self._pair(gm, tm, direction))
@@ -281,8 +299,9 @@ class _Gap:
                         continue
                     before = self._quality(cand[0], cand[1])
                     after = self._quality(*((mine + [c], cand[1]) if side == 0 else (cand[0], mine + [c])))
-                    # no value that corresponded stops corresponding, no input loses its partner
-                    if after[0] >= before[0] and after[1] >= before[1] and (best_gain is None or after > best_gain):
+                    # more values correspond, or as many and no input loses its partner
+                    if (after[0] > before[0] or (after[0] == before[0] and after[1] >= before[1])) and \
+                            (best_gain is None or after > best_gain):
                         best, best_gain = cand, after
                 if best is None:
                     continue
@@ -362,8 +381,81 @@ def _classified(cp: CallPair, gs: Side, ts: Side, cross: bool) -> CallPair:
     return cp
 
 
-def refine(raw: List[CallPair], gs: Side, ts: Side, cross: bool) -> List[CallPair]:
-    """Resolve the gaps between the matched pairs of `raw` (one direction, one kind of call)."""
+DOUBT_WINDOW = 6             # how far a call that matches a name anchor's value may be
+
+
+def _results(info: CallInfo) -> List:
+    return info.outs if info.effect == LOSSLESS else info.made
+
+
+def _close_made(a: CallInfo, b: CallInfo) -> bool:
+    return any(numel(x.leaf) == numel(y.leaf) and stats_distance(x.leaf, y.leaf) <= _CLOSE
+               for x in _results(a) for y in _results(b))
+
+
+def _dissolve_doubtful(raw: List[CallPair], gs: Side, ts: Side) -> List[CallPair]:
+    """Undo a name anchor whose two calls computed different values while a nearby call left
+    unpaired on one side computed what the other did: ``h + r`` vs ``(h + 0.5 r) + 0.5 r``
+    paired the first additions by their counters, the value says the second one. Repeated
+    while it undoes something (an undone anchor leaves its calls unpaired for the next)."""
+    for _ in range(3):
+        new = _dissolve_once(raw, gs, ts)
+        if len(new) == len(raw):
+            return new
+        raw = new
+    return raw
+
+
+def _dissolve_once(raw: List[CallPair], gs: Side, ts: Side) -> List[CallPair]:
+    out = list(raw)
+    for k, cp in enumerate(raw):
+        if not cp.matched or cp.kind != "api":
+            continue
+        gi, ti = gs.of(cp.golden), ts.of(cp.target)
+        if not _results(gi) or not _results(ti) or _close_made(gi, ti):
+            continue
+        near = raw[max(0, k - DOUBT_WINDOW):k + DOUBT_WINDOW + 1]
+        if any((o.golden is None and o.target is not None and _close_made(gi, ts.of(o.target))) or
+               (o.target is None and o.golden is not None and _close_made(gs.of(o.golden), ti)) for o in near):
+            out[k] = None
+    result: List[CallPair] = []
+    for k, cp in enumerate(out):
+        if cp is None:
+            result += [CallPair(raw[k].golden, None, raw[k].direction), CallPair(None, raw[k].target, raw[k].direction)]
+        else:
+            result.append(cp)
+    return result
+
+
+def forward_partners(pairs: List[CallPair]) -> Dict[str, str]:
+    """golden forward key -> target forward key of the pairs of one op (for backward records)."""
+    return {cp.golden.key: cp.target.key for cp in pairs
+            if cp.matched and not cp.golden.members and not cp.target.members}
+
+
+def _follow_forward(pairs: List[CallPair], partners: Dict[str, str]) -> None:
+    """A backward record pairs as its forward call did: the backward of the expert visited
+    first in golden pairs with the backward of the same expert, visited last in target."""
+    where = {forward_key(cp.target.key): k for k, cp in enumerate(pairs)
+             if cp.matched and cp.exact and not cp.target.members}
+    for k, cp in enumerate(pairs):
+        if not cp.matched or not cp.exact or cp.golden.members or cp.target.members:
+            continue
+        want = partners.get(forward_key(cp.golden.key))
+        have = forward_key(cp.target.key)
+        m = where.get(want) if want is not None else None
+        if m is None or want == have or m == k:
+            continue
+        other = pairs[m]
+        cp.target, other.target = other.target, cp.target
+        where[have], where[want] = m, k
+
+
+def refine(raw: List[CallPair], gs: Side, ts: Side, cross: bool,
+           partners: Optional[Dict[str, str]] = None) -> List[CallPair]:
+    """Resolve the gaps between the matched pairs of `raw` (one direction, one kind of call).
+    ``partners`` (backward records): how the forward calls paired."""
+    raw = _dissolve_doubtful(raw, gs, ts)
     out: List[CallPair] = []
     G: List[Call] = []
     T: List[Call] = []
@@ -384,48 +476,109 @@ def refine(raw: List[CallPair], gs: Side, ts: Side, cross: bool) -> List[CallPai
         else:
             T.append(cp.target)
     flush(None)
-    _repair_order(out, gs, ts)
-    return out
+    if partners:
+        _follow_forward(out, partners)
+    else:
+        _repair_order(out, gs, ts)
+    return _regroup_swapped(out, gs, ts, cross)
+
+
+def _regroup_swapped(pairs: List[CallPair], gs: Side, ts: Side, cross: bool) -> List[CallPair]:
+    """Two ops run in the other order on the two sides (``(q @ k) * s`` vs ``(q * s) @ k``, and
+    their backward): one op pairs by name, the other is left alone on each side, next to it.
+    When a call left alone on *each* side is linked to that pair, the four calls form one group."""
+    alone = lambda cp: not cp.matched and cp.harmless is None and (cp.golden or cp.target).kind == "api"  # noqa: E731
+    out = list(pairs)
+    for k, cp in enumerate(pairs):
+        if not cp.matched or cp.kind != "api" or out[k] is None:
+            continue
+        near = [i for i in range(max(0, k - 2), min(len(pairs), k + 3)) if i != k and out[i] is not None
+                and alone(out[i])]
+        g_side = [i for i in near if out[i].golden is not None and gs.links(out[i].golden, members(cp.golden))]
+        t_side = [i for i in near if out[i].target is not None and ts.links(out[i].target, members(cp.target))]
+        if not g_side or not t_side:
+            continue
+        gm = members(cp.golden) + [out[i].golden for i in g_side]
+        tm = members(cp.target) + [out[i].target for i in t_side]
+        g = merge(sorted(gm, key=lambda c: c.index), gs.flow.root)
+        t = merge(sorted(tm, key=lambda c: c.index), ts.flow.root)
+        out[k] = _classified(CallPair(g, t, cp.direction), gs, ts, cross)
+        for i in g_side + t_side:
+            out[i] = None
+    return [cp for cp in out if cp is not None]
 
 
 REORDER_WINDOW = 8           # how far apart two calls of one op may have swapped places
 
 
-def _inputs_agree(g: Call, t: Call, gs: Side, ts: Side) -> bool:
-    """Does every tensor input (and parameter) of `g` have a same-size one in `t` with close statistics?"""
+def _last(call: Call) -> int:
+    return max(m.index for m in members(call))
+
+
+def _args(call: Call) -> Dict[str, object]:
+    return {e.arg: e.leaf.get("value") for e in call.entries
+            if e.role == INPUT and isinstance(e.leaf, dict) and "value" in e.leaf}
+
+
+def _inputs_agree(g: Call, t: Call, gs: Side, ts: Side, partner: Optional[Dict[int, set]] = None,
+                  args: bool = True) -> bool:
+    """Does every tensor input (and parameter) of `g` have a same-size one in `t` with close
+    statistics (made by the partner of its producer, where both are known: two masks with the
+    same statistics are still told apart), and (``args``) every argument both record the same value?"""
     t_ins = ts.of(t).ins
-    return all(any(numel(a.leaf) == numel(b.leaf) and stats_distance(a.leaf, b.leaf) <= _CLOSE for b in t_ins)
-               for a in gs.of(g).ins)
+    for a in gs.of(g).ins:
+        pa = gs.flow.producer(a.leaf, _last(g)) if partner is not None else None
+        want = partner.get(id(pa)) if pa is not None else None
+        if not any(numel(a.leaf) == numel(b.leaf) and stats_distance(a.leaf, b.leaf) <= _CLOSE
+                   and (not want or id(ts.flow.producer(b.leaf, _last(t))) in want) for b in t_ins):
+            return False
+    if not args:
+        return True
+    ga, ta = _args(g), _args(t)
+    return all(values_equal(ga[k], ta[k]) for k in ga.keys() & ta.keys())
 
 
 def _repair_order(pairs: List[CallPair], gs: Side, ts: Side) -> None:
     """Independent calls of one op that ran in another order (``q``, ``k``, ``v`` projections;
-    ``b(x) - a(x)`` vs ``a(x) - b(x)``) were paired by their counters; re-pair them by what
-    they consumed when that makes more pairs receive agreeing inputs."""
+    experts visited in reverse; ``b(x) - a(x)`` vs ``a(x) - b(x)``) were paired by their
+    counters; re-pair them by what they consumed: first by tensors (and which calls made them),
+    then, near a call re-paired so, also by argument values (``idx == 3`` visited first). A
+    differing argument alone is not a reason to re-pair (an off-by-one constant is a bug)."""
     same = [k for k, cp in enumerate(pairs) if cp.matched and cp.exact and cp.kind != "parameters_grad"]
-    bad = [k for k in same if not _inputs_agree(pairs[k].golden, pairs[k].target, gs, ts)]
-    if not bad:
-        return
+    partner: Dict[int, set] = {}
+
+    def link(cp: CallPair) -> None:
+        for m in members(cp.golden):
+            partner[id(m)] = {id(x) for x in members(cp.target)}
+
+    for cp in pairs:
+        if cp.matched:
+            link(cp)
     by_name: Dict[str, List[int]] = {}
     for k in same:
         by_name.setdefault(default_normalise(gs.name(pairs[k].golden.key)), []).append(k)
-    agree = {k: k not in bad for k in same}
-    for k in bad:
-        if agree[k]:
-            continue
-        peers = by_name[default_normalise(gs.name(pairs[k].golden.key))]
-        at = peers.index(k)
-        for m in peers[max(0, at - REORDER_WINDOW):at + REORDER_WINDOW + 1]:
-            if m == k:
+    moved: List[int] = []
+    for args in (False, True):
+        for k in same:                                 # in execution order: producers are re-paired first
+            cp = pairs[k]
+            if _inputs_agree(cp.golden, cp.target, gs, ts, partner, args):
                 continue
-            a, b = pairs[k], pairs[m]
-            now = _inputs_agree(a.golden, b.target, gs, ts) + _inputs_agree(b.golden, a.target, gs, ts)
-            if now > agree[k] + agree[m]:
-                a.target, b.target = b.target, a.target
-                agree[k] = _inputs_agree(a.golden, a.target, gs, ts)
-                agree[m] = _inputs_agree(b.golden, b.target, gs, ts)
-                if agree[k]:
-                    break
+            if args and not any(abs(k - m) <= 4 * REORDER_WINDOW for m in moved):
+                continue
+            peers = by_name[default_normalise(gs.name(cp.golden.key))]
+            at = peers.index(k)
+            for m in peers[max(0, at - REORDER_WINDOW):at + REORDER_WINDOW + 1]:
+                other = pairs[m]
+                if m == k or not _inputs_agree(cp.golden, other.target, gs, ts, partner, args):
+                    continue
+                if _inputs_agree(other.golden, other.target, gs, ts, partner, args) and \
+                        not _inputs_agree(other.golden, cp.target, gs, ts, partner, args):
+                    continue                           # would break a pair that agrees
+                cp.target, other.target = other.target, cp.target
+                link(cp); link(other)
+                if not args:
+                    moved += [k, m]
+                break
 
 
-__all__ = ["Side", "refine", "op_family", "PAIR_MIN"]
+__all__ = ["Side", "refine", "forward_partners", "op_family", "PAIR_MIN"]
