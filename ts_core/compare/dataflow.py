@@ -161,7 +161,8 @@ class CallInfo:
         return self.effect in (QUERY, LOSSLESS)
 
 
-def _writes_in_place(op: str) -> bool:
+def writes_in_place(op: str) -> bool:
+    """``add_``, ``__iadd__``, ``__setitem__``: the op changes its first argument."""
     return op == "__setitem__" or (op.startswith("__i") and op.endswith("__")) or \
         (op.endswith("_") and not op.endswith("__"))
 
@@ -182,7 +183,7 @@ def describe_call(call) -> CallInfo:
     if not outs:
         # nothing recorded comes out (a shape query, a backward record whose gradient goes to no
         # recorded tensor): nothing downstream can depend on it, unless it writes in place
-        if op in QUERY_OPS or not _writes_in_place(op):
+        if op in QUERY_OPS or not writes_in_place(op):
             info.effect = QUERY
         return info
     if not ins:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Tuple
 
-from .dataflow import LOSSLESS, Facts, Flow, fingerprint, precision
+from .dataflow import LOSSLESS, Facts, Flow, fingerprint, precision, writes_in_place
 from .loader import INPUT, OUTPUT, PARAMETER, Dump, Entry, is_tensor_summary
 from .matching import FORWARD, forward_key
 from .pairs import CallPair, in_time_order, members
@@ -241,9 +241,17 @@ class _Walk:
                 if p is not None and p.kind == "parameters_grad" and any(x.failed for x in p.rows):
                     return self._gradient(p, cp, r)
             if pg is None and pt is None:
+                # computed by the code of an enclosing module (not recorded at this level): that
+                # module is named when it changes the result here; else a parameter / model input
                 author = self._author(cp, r, ge)
                 if author is not None:
-                    return author
+                    if out_fail:
+                        return author
+                    continue
+                writer = self._in_place_writer(cp, r) if r.role == INPUT and \
+                    fingerprint(ge.leaf if ge else None) not in self.params else None
+                if writer is not None:
+                    return writer
                 origins.append(self._origin(r, ge))
                 continue
             # a value some call made: it only matters here if this call's outputs differ too
@@ -323,6 +331,30 @@ class _Walk:
                          f"record those ops at this level)")
                 return self._build(owner, [r], cause)
             key = parent                                    # the difference came from further out
+
+    def _in_place_writer(self, cp: CallPair, r: Row) -> Optional[FirstDivergence]:
+        """A differing input no recorded call produced, right after an in-place write to a
+        tensor of its shape (``r[:, 1] = 0``, ``r.add_(h)``): the dump records what such an op
+        received, not what it left. Name the writer, or the extra call that fed it."""
+        k = self.pos[id(cp)]
+        for w in reversed(self.order[max(0, k - 4):k]):
+            if not w.matched or w.kind != "api" or not writes_in_place(self.describe(w.golden).op):
+                continue
+            ins = self.describe(w.golden).ins
+            if not ins or ins[0].leaf.get("shape") != r.golden_shape:
+                continue
+            for x in w.rows:
+                if x.failed and x.role != OUTPUT and x.mode != "value":
+                    for side, name in ((0, "golden"), (1, "target")):
+                        p = self.producer(side, w.entry(name, x.role, x.arg), w)
+                        if p is not None and not p.matched and not p.harmless and p.kind == "api":
+                            return self._extra(p, cp, r)
+            changed = [x for x in w.rows if x.failed and x.role != OUTPUT]
+            cause = (f"{w.key} writes in place to the tensor {cp.key} then receives as {r.arg}, which differs "
+                     f"(the dump records what an in-place op receives, not what it leaves)"
+                     + (f"; its {', '.join(x.arg for x in changed)} differ" if changed else ""))
+            return self._build(w, changed or [r], cause)
+        return None
 
     def _origin(self, r: Row, ge: Optional[Entry]) -> str:
         fp = fingerprint(ge.leaf) if ge is not None else None

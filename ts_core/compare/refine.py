@@ -476,11 +476,32 @@ def refine(raw: List[CallPair], gs: Side, ts: Side, cross: bool,
         else:
             T.append(cp.target)
     flush(None)
+    out = _pair_moved_modules(out, gs, ts, cross)
     if partners:
         _follow_forward(out, partners)
     else:
         _repair_order(out, gs, ts)
     return _regroup_swapped(out, gs, ts, cross)
+
+
+def _pair_moved_modules(pairs: List[CallPair], gs: Side, ts: Side, cross: bool) -> List[CallPair]:
+    """Module records that ran in another order (``b(x) - a(x)`` vs ``a(x) - b(x)``): the name
+    alignment keeps one and leaves the other alone on each side. A module record's name is its
+    place and its call count, so two left alone under the same name are the same call: pair them."""
+    alone_t: Dict[str, int] = {}
+    for k, cp in enumerate(pairs):
+        if cp.golden is None and cp.target.kind == "module":
+            alone_t.setdefault(ts.name(cp.target.key), k)
+    if not alone_t:
+        return pairs
+    out: List[Optional[CallPair]] = list(pairs)
+    for k, cp in enumerate(pairs):
+        if cp.target is None and cp.golden.kind == "module":
+            m = alone_t.pop(gs.name(cp.golden.key), None)
+            if m is not None:
+                out[k] = _classified(CallPair(cp.golden, pairs[m].target, cp.direction), gs, ts, cross)
+                out[m] = None
+    return [cp for cp in out if cp is not None]
 
 
 def _regroup_swapped(pairs: List[CallPair], gs: Side, ts: Side, cross: bool) -> List[CallPair]:
