@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import traceback
+from functools import lru_cache
 from typing import Dict
 
 import numpy as np
@@ -25,6 +26,7 @@ from .arrays import apply_edit, mse_target
 from .spec import WeightEdit
 
 
+@lru_cache(maxsize=1)
 def _mapping() -> Dict[str, Dict[str, str]]:
     import ts_core.backends as backends
 

@@ -106,16 +106,19 @@ def miss_cause(o) -> str:
     if fd.get("direction") == "backward" and c.place.direction == "forward":
         return "names a backward call for a forward bug"
     mods = named.get("modules", [])
-    if s.get("module_ok") is False or (c.level == "L1" and not any(call["module"] in c.place.modules
-                                                                   for call in named.get("calls", []))):
-        if any(m.startswith(e + ".") or (e == "" and m) for m in mods for e in c.place.modules):
-            return "names a submodule instead of the module whose own code holds the bug"
-        if any(e.startswith(m + ".") or (m == "" and e) for m in mods for e in c.place.modules):
-            return "names an enclosing module"
-        return "names another module"
+    if c.level == "L1":
+        mods = [call["module"] for call in named.get("calls", []) if call["module"] is not None]
+    if any(m in c.place.modules for m in mods):
+        where = "right module, another op" if c.level != "L0" else "right module"
+    elif any(m.startswith(e + ".") or (e == "" and m) for m in mods for e in c.place.modules):
+        where = "names a submodule of the bug's module (the next module its own code feeds)"
+    elif any(e.startswith(m + ".") or (m == "" and e) for m in mods for e in c.place.modules):
+        where = "names an enclosing module"
+    else:
+        where = "names another module"
     if "only in" in str(fd.get("reason", "")):
-        return "right module; names a call present on one side only"
-    return "right module, another op"
+        where += "; the named call is present on one side only"
+    return where
 
 
 def misses(outcomes) -> str:

@@ -90,7 +90,8 @@ def build_cases(opts: Options) -> List[Case]:
                 for variant in variants:
                     if not _selected(variant, opts.bugs):
                         continue
-                    place = None if variant.startswith("clean_") else fam.cases[variant]
+                    place = None if variant.startswith("clean_") else (
+                        fam.ms_places.get(variant, fam.cases[variant]) if pair == "torch-ms" else fam.cases[variant])
                     for level in levels:
                         cases.append(Case(pair, fname, variant, level, place, task))
     return cases
@@ -164,19 +165,21 @@ class Runner:
                                 stdout=subprocess.PIPE, stderr=self._ms_log, text=True)
 
     def collect_ms(self, proc: subprocess.Popen) -> None:
-        out, _ = proc.communicate()
-        self._ms_log.close()
         self.ms_failed: Dict[str, str] = {}
-        for line in out.splitlines():
+        for line in proc.stdout:
             if line.startswith("DONE "):
                 d = json.loads(line[5:])
+                self._progress(f"MindSpore dump: {d['id']}")
                 family, variant, level, task = d["id"].split("|")
                 with np.load(d["signature"]) as z:
                     sig = {k: z[k] for k in z.files}
                 self.dumps[("ms", family, variant, level, task)] = (d["rank_dir"], sig)
             elif line.startswith("FAILED "):
                 d = json.loads(line[7:])
+                self._progress(f"MindSpore dump FAILED: {d['id']}: {d['error'][:150]}")
                 self.ms_failed[d["id"]] = d["error"] + "\n" + d.get("trace", "")
+        proc.wait()
+        self._ms_log.close()
         if proc.returncode:
             self.ms_failed["__child__"] = f"MindSpore child exited with {proc.returncode}; see ms_child.log"
 
@@ -228,24 +231,29 @@ class Runner:
         return o
 
     def run(self, cases: List[Case]) -> List[Outcome]:
-        proc = self.start_ms(cases) if any(c.pair == "torch-ms" for c in cases) else None
+        """torch<->torch cases first, while the MindSpore child dumps; then the torch goldens
+        of the torch<->MindSpore cases (still in parallel with the child), then those cases."""
+        torch_cases = [c for c in cases if c.pair == "torch-torch"]
+        ms_cases = [c for c in cases if c.pair == "torch-ms"]
         self.ms_failed = {}
+        proc = self.start_ms(ms_cases) if ms_cases else None
         outcomes = []
-        order = [c for c in cases if c.pair == "torch-torch"] + [c for c in cases if c.pair == "torch-ms"]
-        for i, c in enumerate(order):
-            if c.pair == "torch-ms" and proc is not None:
-                for level in {lv for cc in order if cc.pair == "torch-ms" for lv in self._levels_needed(cc)}:
-                    for cc in order:             # torch goldens of the MindSpore pairs, while the child runs
-                        if cc.pair == "torch-ms" and cc.task == c.task:
-                            self.torch_dump(cc.family, "clean_same", level, cc.task, "none")
-                self._progress(f"waiting for the MindSpore child ({sum(1 for x in order if x.pair == 'torch-ms')} cases)")
-                self.collect_ms(proc)
-                proc = None
-            outcomes.append(self.run_case(c))
-            self._progress(f"[{i + 1}/{len(order)}] {c.id}: {_short(outcomes[-1])}")
+        for c in torch_cases:
+            outcomes.append(self._run_logged(c, len(outcomes) + 1, len(cases)))
         if proc is not None:
-            proc.kill()
+            for c in ms_cases:
+                for level in self._levels_needed(c):
+                    self.torch_dump(c.family, "clean_same", level, c.task, "none")
+            self._progress(f"waiting for the MindSpore child ({len(ms_cases)} cases)")
+            self.collect_ms(proc)
+        for c in ms_cases:
+            outcomes.append(self._run_logged(c, len(outcomes) + 1, len(cases)))
         return outcomes
+
+    def _run_logged(self, c: Case, i: int, n: int) -> Outcome:
+        o = self.run_case(c)
+        self._progress(f"[{i}/{n}] {c.id}: {_short(o)}")
+        return o
 
     def _progress(self, msg: str) -> None:
         if self.opts.progress:

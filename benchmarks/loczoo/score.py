@@ -56,13 +56,21 @@ def locate(fd: Any, golden_parents: Optional[Dict[str, Optional[str]]] = None,
     the same golden/target program; at L1 (no hierarchy recorded) they tell which module an
     API call ran in, so that "the right op" means the right call, not just the right op name."""
     get = (lambda k: fd.get(k)) if isinstance(fd, dict) else (lambda k: getattr(fd, k, None))
-    keys = [k for k in (get("key"), get("target_key")) if k]
+    key, target_key = get("key"), get("target_key")
+    keys = [k for k in (key, target_key) if k]
     parent = get("module")
+    # which side's construct tells where a key ran: golden's for the golden key, target's for
+    # the target key; a key that is both (same name, or a call present in target only) -> both
+    sides = []
+    if key:
+        sides.append((key, [golden_parents] + ([target_parents] if key == target_key else [])))
+    if target_key and target_key != key:
+        sides.append((target_key, [target_parents]))
     calls: List[Dict[str, Any]] = []
     modules: List[str] = []
     module_record = False
-    for key in keys:
-        for member in _members(key):
+    for side_key, tables in sides:
+        for member in _members(side_key):
             info = parse_key(member)
             if info.kind in ("module", "parameters_grad"):
                 module_record = True
@@ -70,12 +78,13 @@ def locate(fd: Any, golden_parents: Optional[Dict[str, Optional[str]]] = None,
                 if p is not None:
                     modules.append(p)
             elif info.kind == "api":
-                owner = parent      # the tool's own answer first; else where the call ran
-                for table in (golden_parents, target_parents):
-                    if not owner and table and table.get(member):
-                        owner = table[member]
-                calls.append({"key": member, "op": info.name,
-                              "module": family_path(parse_key(owner).module_path) if owner else None})
+                # the tool's own answer first; else where the call ran (per side)
+                owners = [parent] if parent else [t[member] for t in tables if t and t.get(member)]
+                for owner in dict.fromkeys(owners or [None]):
+                    call = {"key": member, "op": info.name,
+                            "module": family_path(parse_key(owner).module_path) if owner else None}
+                    if call not in calls:
+                        calls.append(call)
     if parent and not module_record:      # an API call: the module it ran in
         p = family_path(parse_key(parent).module_path)
         if p is not None:

@@ -11,7 +11,7 @@ its call counter and direction, e.g. ``Tensor.__mul__``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Dict, Optional, Tuple
 
@@ -158,7 +158,6 @@ class Case:
     level: str
     place: Optional[Place]     # None for a clean pair
     task: str = "tensor"
-    meta: Dict[str, object] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:

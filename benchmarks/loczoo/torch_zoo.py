@@ -632,6 +632,7 @@ class Family:
     edits: Dict[str, WeightEdit] = field(default_factory=dict)
     loss: str = "mse"                          # mse: to a fixed random target; ce: cross-entropy; output: out is the loss
     ms_variants: Tuple[str, ...] = ()          # variants that have a MindSpore port ("clean_port" = faithful)
+    ms_places: Dict[str, Place] = field(default_factory=dict)   # where the port's bug differs from torch's
     description: str = ""
 
     def variants(self):
@@ -684,6 +685,8 @@ _family(Family(
            "perturbed_weight": WeightEdit("conv1.weight", "perturb")},
     ms_variants=("clean_port", "transposed_weight", "perturbed_weight", "wrong_eps", "padding_mode",
                  "wrong_axis"),
+    # nn.Conv2d of MindSpore has no reflect mode: the port pads in the model's code, then convolves
+    ms_places={"padding_mode": P(("", "conv1"), ("pad", "conv"))},
     description="conv-BatchNorm-ReLU, conv-BatchNorm-custom swish, mean pool, head"))
 
 _ATTN_MISSING = ("mul", "mask", "softmax")

@@ -79,6 +79,19 @@ def test_l1_op_module_comes_from_the_reference_construct():
     assert not wrong["ok"] and wrong["op_ok"] is False
 
 
+def test_l1_keys_are_looked_up_on_their_own_side():
+    """The same key names different calls in golden and target (counters shift): golden's
+    construct places the golden key, target's the target key; a shared name gets both."""
+    place = P("", "Torch.arange")
+    golden = {"Torch.arange.0.forward": "Module.net.hf.BertModel.forward.0"}
+    target = {"Torch.arange.0.forward": "Module.net.Wrap.forward.0"}
+    same = score(_case("L1", place), _fd("Torch.arange.0.forward"), "error", golden, target)
+    assert same["ok"] and {c["module"] for c in same["named"]["calls"]} == {"hf", ""}
+    only_golden_side = score(_case("L1", place), _fd("Torch.arange.0.forward", "Torch.arange.1.forward"),
+                             "error", golden, {"Torch.arange.1.forward": "Module.net.hf.BertModel.forward.0"})
+    assert not only_golden_side["ok"]
+
+
 def test_crossframework_group_key_counts_by_any_member_and_cell_paths_map():
     fd = _fd("Functional.linear.1.forward", "Primitive.matmul.MatMul.1.forward+Primitive.bias_add.BiasAdd.1.forward",
              module="Cell.net.fc2.Dense.forward.0")
