@@ -22,8 +22,7 @@ FIRST_KEY = {
     ("cnn", "wrong_eps"): "Module.bn.BatchNorm2d.forward.0",
     ("transformer", "wrong_eps"): "Module.ln1.LayerNorm.forward.0",
     ("transformer", "transposed_weight"): "Module.attn.q.Linear.forward.0",
-    # the scale is (not) applied in Attention's own code: softmax only receives the result
-    ("transformer", "missing_scale"): "Module.attn.Attention.forward.0",
+    ("transformer", "missing_scale"): "Module.attn.softmax.Softmax.forward.0",
     ("transformer", "gelu_approx"): "Module.mlp.act.GELU.forward.0",
 }
 MS_CLASS = {"Linear": "Dense"}
