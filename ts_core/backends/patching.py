@@ -7,9 +7,31 @@ reads: not collecting, or already inside a wrapped call.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
+import os
+from typing import Any, Callable, Collection, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from ._depth import DEPTH
+
+_LIST_CACHE: Dict[Tuple[str, float], Dict[str, List[str]]] = {}
+
+
+def read_api_list(path: str, sections: Collection[str]) -> Dict[str, List[str]]:
+    """The sections of an API-list YAML file (section -> names), checked against the sections
+    a backend knows; parsed once per file version (~1,000 names)."""
+    import yaml
+
+    key = (path, os.path.getmtime(path))
+    cached = _LIST_CACHE.get(key)
+    if cached is None:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a mapping of sections to lists of names")
+        unknown = set(data) - set(sections)
+        if unknown:
+            raise ValueError(f"{path}: unknown sections {sorted(unknown)}; allowed: {sorted(sections)}")
+        cached = _LIST_CACHE[key] = {k: [str(n) for n in (v or [])] for k, v in data.items()}
+    return {k: list(v) for k, v in cached.items()}
 
 _MISSING = object()
 

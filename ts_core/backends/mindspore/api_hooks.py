@@ -9,7 +9,6 @@ import importlib
 import os
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-import yaml
 
 from .. import patching
 
@@ -35,23 +34,11 @@ movedim moveaxis swapaxes swapdims diagonal as_strided contiguous t T mT ravel b
 real imag to astype float half double bfloat16 int long bool byte short copy""".split())
 
 
-_LIST_CACHE: Dict[Tuple[str, float], Dict[str, List[str]]] = {}
 
 
 def load_api_list(path: str = API_LIST) -> Dict[str, List[str]]:
-    """The sections of an API-list file (parsed once per file version: ~1,000 names)."""
-    key = (path, os.path.getmtime(path))
-    cached = _LIST_CACHE.get(key)
-    if cached is None:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a mapping of sections to lists of names")
-        unknown = set(data) - set(SECTIONS)
-        if unknown:
-            raise ValueError(f"{path}: unknown sections {sorted(unknown)}; allowed: {sorted(SECTIONS)}")
-        cached = _LIST_CACHE[key] = {k: [str(n) for n in (v or [])] for k, v in data.items()}
-    return {k: list(v) for k, v in cached.items()}
+    """The sections of this backend's API-list file."""
+    return patching.read_api_list(path, SECTIONS)
 
 
 class ApiPatcher(patching.ApiPatcher):

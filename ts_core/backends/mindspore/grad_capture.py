@@ -82,6 +82,18 @@ class GradRecord:
         self.done = False
         self.tapped = False                # the inputs pass a tap, whose gradients complete the record
 
+    @property
+    def replaces_inputs(self) -> bool:
+        """The call runs with tapped aliases of its inputs (see ``before_call``)."""
+        return self.tapped
+
+    def before_call(self, args: tuple, kwargs: dict):
+        """The backend flow's hook point before the call: the subclass taps the inputs."""
+        return self.tap_inputs(args, kwargs)
+
+    def tap_inputs(self, args: tuple, kwargs: dict):
+        raise NotImplementedError
+
     def output_grad(self, i: int, grad: Any) -> None:
         """Output `i`'s gradient arrived; without an input tap the last one completes the record."""
         self.out_grads[i] = grad
@@ -106,15 +118,6 @@ class GradCapture(GradRecord):
         super().__init__(emit)
         self.pending = pending
         pending.captures[id(self)] = self
-
-    @property
-    def replaces_inputs(self) -> bool:
-        """The call runs with tapped aliases of its inputs (see ``before_call``)."""
-        return self.tapped
-
-    def before_call(self, args: tuple, kwargs: dict):
-        """The backend flow's hook point before the call: MindSpore taps the inputs."""
-        return self.tap_inputs(args, kwargs)
 
     def tap_inputs(self, args: tuple, kwargs: dict):
         """Route floating tensor inputs through one HookBackward; returns new (args, kwargs).

@@ -17,7 +17,6 @@ import importlib
 import os
 from typing import Any, Dict, Iterator, List, Tuple
 
-import yaml
 
 from .. import patching
 
@@ -48,15 +47,8 @@ bool byte char short cpu cuda astype""".split())
 
 
 def load_api_list(path: str = API_LIST) -> Dict[str, List[str]]:
-    """The sections of a torch-style API-list file."""
-    with open(path, encoding="utf-8") as f:
-        data = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of sections to lists of names")
-    unknown = set(data) - set(SECTIONS)
-    if unknown:
-        raise ValueError(f"{path}: unknown sections {sorted(unknown)}; allowed: {sorted(SECTIONS)}")
-    return {k: [str(n) for n in (v or [])] for k, v in data.items()}
+    """The sections of this backend's API-list file."""
+    return patching.read_api_list(path, SECTIONS)
 
 
 class ApiPatcher(patching.ApiPatcher):

@@ -121,15 +121,6 @@ class GradCapture(GradRecord):
         self.last = self.seq                    # the latest capture made before this call returned
         self.in_grads: Dict[int, Any] = {}      # unique input index -> gradient (summed over its uses)
 
-    @property
-    def replaces_inputs(self) -> bool:
-        """The call runs with tapped aliases of its inputs (see ``before_call``)."""
-        return self.tapped
-
-    def before_call(self, args: tuple, kwargs: dict):
-        """The backend flow's hook point before the call: taps on the inputs."""
-        return self.tap_inputs(args, kwargs)
-
     def tap_inputs(self, args: tuple, kwargs: dict):
         """Route each floating tensor occurrence through its own HookBackward; new (args, kwargs)."""
         index: Dict[int, int] = {}

@@ -9,7 +9,6 @@ import os
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
-import yaml
 
 from .. import patching
 
@@ -27,12 +26,8 @@ broadcast_tensors atleast_1d atleast_2d atleast_3d align_to align_as rename""".s
 
 
 def load_api_list(path: str = API_LIST) -> Dict[str, List[str]]:
-    with open(path, encoding="utf-8") as f:
-        data = yaml.safe_load(f) or {}
-    unknown = set(data) - set(PREFIXES)
-    if unknown:
-        raise ValueError(f"{path}: unknown sections {sorted(unknown)}; allowed: {sorted(PREFIXES)}")
-    return {k: list(v or []) for k, v in data.items()}
+    """The sections of this backend's API-list file."""
+    return patching.read_api_list(path, PREFIXES)
 
 
 class ApiPatcher(patching.ApiPatcher):
