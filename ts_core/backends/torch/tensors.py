@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ... import native
+from ...dumpfmt import xor64_of_bytes
 from .._depth import internal
 
 _FLOATS = {torch.float16, torch.bfloat16, torch.float32}
@@ -99,6 +100,43 @@ class TorchAdapter:
         raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
         return native.crc32_hex(raw)
 
+    def xor_checksum(self, t: torch.Tensor) -> Any:
+        """msprobe's xor: a 0-d tensor's own value; else the XOR of its bytes as little-endian
+        int64 words, in numpy for host tensors, on the device (no sync) for the others."""
+        if t.is_meta or t.numel() == 0:
+            return None
+        with internal(), torch.no_grad():
+            t = t.detach()
+            if t.dim() == 0 and not t.is_complex():
+                return t.clone()
+            t = t.resolve_conj().resolve_neg().contiguous().reshape(-1)
+            if t.device.type == "cpu":
+                return xor64_of_bytes(t.view(torch.uint8).numpy())
+            return _xor_on_device(t.view(torch.uint8))
+
+    def checksums_to_host(self, handles: List[Any]) -> List[Any]:
+        with internal():
+            out = list(handles)
+            groups: dict = {}
+            for i, h in enumerate(handles):
+                if isinstance(h, torch.Tensor):
+                    groups.setdefault((h.device, h.dtype), []).append(i)
+            for idx in groups.values():      # one transfer per device and dtype
+                for i, v in zip(idx, torch.stack([handles[i] for i in idx]).cpu().tolist()):
+                    out[i] = v
+            return out
+
+    def device_copy(self, t: torch.Tensor) -> torch.Tensor:
+        with internal(), torch.no_grad():
+            return t.detach().clone()
+
+    def to_host(self, copy: torch.Tensor) -> torch.Tensor:
+        with internal():
+            return copy if copy.device.type == "cpu" else copy.to("cpu")
+
+    def nbytes(self, t: torch.Tensor) -> int:
+        return t.numel() * t.element_size()
+
     def snapshot(self, t: torch.Tensor) -> torch.Tensor:
         return t.detach().to("cpu", copy=True)
 
@@ -118,6 +156,30 @@ class TorchAdapter:
         if isinstance(value, torch.device):
             return {"type": "torch.device", "value": str(value)}
         return None
+
+
+def _xor_on_device(raw: torch.Tensor) -> torch.Tensor:
+    """XOR of a flat uint8 tensor's little-endian 64-bit words (tail zero-padded), as a 0-d
+    int64 tensor on the same device: log2(n) halvings, no host sync."""
+    n = raw.numel()
+    whole = n - n % 8
+    acc = torch.zeros((), dtype=torch.int64, device=raw.device)
+    if whole:
+        body = raw[:whole]
+        if body.storage_offset() % 8:
+            body = body.clone()          # an int64 view needs 8-byte alignment
+        words = body.view(torch.int64)
+        while words.numel() > 1:
+            if words.numel() % 2:
+                words = torch.cat((words, words.new_zeros(1)))
+            half = words.numel() // 2
+            words = torch.bitwise_xor(words[:half], words[half:])
+        acc = words[0]
+    if whole < n:
+        tail = torch.zeros(8, dtype=torch.uint8, device=raw.device)
+        tail[:n - whole] = raw[whole:]
+        acc = torch.bitwise_xor(acc, tail.view(torch.int64)[0])
+    return acc
 
 
 def _stats(t: torch.Tensor) -> torch.Tensor:
