@@ -19,13 +19,16 @@ import sys
 import tempfile
 import time
 
-MODES = {           # name: (task, level, summary_mode); None = no tool
+MODES = {           # name: (task, level, summary_mode[, extra top-level keys]); None = no tool
     "no tool": None,
     "not collecting": ("statistics", "L1", "statistics"),
     "statistics L0": ("statistics", "L0", "statistics"),
     "statistics L1": ("statistics", "L1", "statistics"),
     "statistics mix": ("statistics", "mix", "statistics"),
     "md5 L1": ("statistics", "L1", "md5"),
+    "xor L1": ("statistics", "L1", "xor"),
+    "structure mix": ("structure", "mix", None),
+    "async stats mix": ("statistics", "mix", "statistics", {"async_dump": True}),
     "tensor L1": ("tensor", "L1", "statistics"),
 }
 WARMUP = 2
@@ -48,7 +51,7 @@ def _worker(tool: str, mode: str, steps: int, out: str) -> None:
     dump = tempfile.mkdtemp(prefix="tsbench_")
     debugger = None
     if spec is not None:
-        task, level, summary = spec
+        task, level, summary, *extra = spec
         # "not collecting": hooks installed at step 0 (warm-up), measured steps lie outside
         # the configured ones, so every wrapper takes its fast path.
         collect = [0, FAR_STEP] if mode == "not collecting" else list(range(total))
@@ -56,6 +59,8 @@ def _worker(tool: str, mode: str, steps: int, out: str) -> None:
                     task: {"scope": [], "list": [], "data_mode": ["all"]}}
         if task == "statistics":
             cfg_json[task]["summary_mode"] = summary
+        for more in extra:
+            cfg_json.update(more)
         path = os.path.join(dump, "config.json")
         with open(path, "w") as f:
             json.dump(cfg_json, f)

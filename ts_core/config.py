@@ -290,9 +290,13 @@ def _check_bench_path(v: dict) -> None:
     path = v["bench_path"]
     if not isinstance(path, str):
         raise ConfigError("bench_path", path, "use the dump_path of an earlier run with summary_mode md5")
-    if path and not os.path.isdir(path):
-        raise ConfigError("bench_path", path, "no such folder; give the dump_path of an earlier run "
-                                              "made with summary_mode md5 (it holds step*/rank*/dump.json)")
+
+
+def check_paths(cfg: DebuggerConfig) -> None:
+    """What must exist when a debugger starts with `cfg` (not when a config file is only read)."""
+    if cfg.bench_path and not os.path.isdir(cfg.bench_path):
+        raise ConfigError("bench_path", cfg.bench_path, "no such folder; give the dump_path of an earlier run "
+                                                        "made with summary_mode md5 (it holds step*/rank*/dump.json)")
 
 
 def _check_combinations(cfg: DebuggerConfig, explicit_summary: bool) -> DebuggerConfig:

@@ -20,7 +20,7 @@ from typing import Any, List, Optional, Sequence
 
 from .backends import framework_of, load_backend
 from .backends.base import Backend
-from .config import DebuggerConfig, build_config
+from .config import DebuggerConfig, build_config, check_paths
 from .dumpfmt import debug_key
 from .errors import ConfigError
 from .hot_reload import ConfigWatcher
@@ -44,6 +44,7 @@ class PrecisionDebugger:
                  step: Optional[Sequence[int]] = None, **overrides: Any):
         overrides.update(task=task, dump_path=dump_path, level=level, step=step)
         self.config: DebuggerConfig = build_config(config_path, **overrides)
+        check_paths(self.config)
         # dump_enable in the file: the file is watched at step boundaries (hot_reload.py)
         self._watcher = ConfigWatcher(config_path, overrides) \
             if config_path and self.config.dump_enable is not None else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional, Tuple, Union
 
-from .config import DebuggerConfig, build_config
+from .config import DebuggerConfig, build_config, check_paths
 from .errors import ConfigError
 
 Signature = Tuple[int, int, int]
@@ -43,6 +43,8 @@ class ConfigWatcher:
         self.signature = sig
         self.reads += 1
         try:
-            return build_config(self.path, **self.overrides)
+            cfg = build_config(self.path, **self.overrides)
+            check_paths(cfg)
+            return cfg
         except ConfigError as exc:
             return exc

@@ -6,7 +6,7 @@ recover``, the compare loader and matcher, the TroubleShooter layout, the token 
 inference captures and its per-request split.
 Needs only numpy.
 """
-from .checksum import CRC32, XOR, checksum_kind, xor64_of_bytes, xor_field
+from .checksum import CRC32, XOR, checksum_kind, xor64_of_bytes, xor_field, xor_of_array
 from .errors import DumpFormatError, TensorFileError
 from .jsonio import (json_by_line, json_safe, read_json, read_json_optional, write_atomic, write_json_atomic,
                      write_text_atomic)
@@ -24,7 +24,7 @@ from .token_map import merge_token_maps, read_token_map, write_token_map
 from .by_request import split_by_request
 
 __all__ = [
-    "CRC32", "XOR", "checksum_kind", "xor64_of_bytes", "xor_field",
+    "CRC32", "XOR", "checksum_kind", "xor64_of_bytes", "xor_field", "xor_of_array",
     "DumpFormatError", "TensorFileError",
     "json_by_line", "json_safe", "read_json", "read_json_optional", "write_atomic", "write_json_atomic",
     "write_text_atomic",

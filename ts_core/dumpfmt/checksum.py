@@ -21,6 +21,7 @@ CRC32, XOR = "crc32", "xor"
 _MASK = (1 << 64) - 1
 _CRC = re.compile(r"^[0-9a-f]{8}$")
 _XOR = re.compile(r"^0x[0-9a-f]{16}$")
+_U64LE = np.dtype("<u8")
 
 
 def xor_field(value: Any) -> Any:
@@ -33,14 +34,27 @@ def xor_field(value: Any) -> Any:
 
 def xor64_of_bytes(raw: np.ndarray) -> int:
     """XOR of a byte buffer read as little-endian uint64 words, the tail word zero-padded."""
-    raw = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
-    whole = raw.size - raw.size % 8
-    acc = int(np.bitwise_xor.reduce(raw[:whole].view("<u8"))) if whole else 0
-    if whole < raw.size:
+    if raw.dtype != np.uint8 or not raw.flags.c_contiguous:
+        raw = np.ascontiguousarray(raw).view(np.uint8)
+    raw = raw.reshape(-1)
+    n = raw.size
+    whole = n - n % 8
+    acc = int(np.bitwise_xor.reduce(raw[:whole].view(_U64LE))) if whole else 0
+    if whole < n:
         tail = np.zeros(8, dtype=np.uint8)
-        tail[:raw.size - whole] = raw[whole:]
-        acc ^= int(tail.view("<u8")[0])
+        tail[:n - whole] = raw[whole:]
+        acc ^= int(tail.view(_U64LE)[0])
     return acc
+
+
+def xor_of_array(arr: np.ndarray) -> Any:
+    """The xor ``md5`` field of an array's data, as ``xor_field`` writes it."""
+    arr = np.asarray(arr)
+    if arr.size == 0:
+        return None
+    if arr.ndim == 0 and not np.iscomplexobj(arr):
+        return xor_field(arr.item())
+    return xor_field(xor64_of_bytes(arr))
 
 
 def checksum_kind(value: Any) -> Optional[str]:

@@ -2,10 +2,10 @@
 record, tensor files only for the records that introduce a difference against a bench dump.
 
 A record *introduces* a difference when every tensor it consumes (inputs, keyword inputs,
-the module's parameters; for a backward record the gradients it receives) has the bench's
-checksum and shape, and at least one tensor it produces has the bench's shape but not its
-checksum: the call itself changed the bits (a non-deterministic kernel, a different
-algorithm). Records downstream of it consume changed tensors and do not count, so
+the module's parameters; for a backward record the gradients it receives, and its forward
+must have consumed the bench's tensors too) has the bench's checksum and shape, and at least
+one tensor it produces has the bench's shape but not its checksum: the call itself changed
+the bits (a non-deterministic kernel, a different algorithm). Records downstream of it consume changed tensors and do not count, so
 ``diff_nums: N`` saves the first N independent sources of a difference, not their echoes.
 
 msprobe's rule, widened: msprobe compares positional tensor inputs of forward records only;
@@ -18,8 +18,8 @@ import os
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..dumpfmt import (DUMP_JSON, INPUT, OUTPUT, DumpFormatError, checksum_kind, is_rank_dir, read_header_and_data,
-                       record_entries, rank_dir, step_dir_name)
+from ..dumpfmt import (BACKWARD, DUMP_JSON, FORWARD, INPUT, OUTPUT, DumpFormatError, checksum_kind, is_rank_dir,
+                       parse_key, rank_dir, read_header_and_data, record_entries, step_dir_name, without_direction)
 
 Held = List[Tuple[dict, str, Any]]      # (summary, value name, tensor or snapshot)
 _Tensors = Dict[str, Tuple[str, dict]]  # value name ("input.0") -> (role, summary)
@@ -62,11 +62,12 @@ class DiffDump:
         self.found: List[str] = []               # keys whose tensors were saved, over the whole run
         self._bench: Dict[str, Any] = {}
         self._held: Dict[str, Held] = {}         # forward key -> snapshots of inputs that matched
+        self._clean: set = set()                 # calls whose forward consumed the bench's tensors
         self._warned: set = set()
 
     # -- steps ------------------------------------------------------------------------------
     def open_step(self, step: int, rank: Optional[int]) -> None:
-        self._bench, self._held = {}, {}
+        self._bench, self._held, self._clean = {}, {}, set()
         folder = bench_folder(self.bench_path, step, rank)
         if folder is None:
             self._warn("missing", f"no bench dump for step {step} at {rank_dir(self.bench_path, step, rank)}: "
@@ -107,15 +108,22 @@ class DiffDump:
         return self._held.pop(key, None)
 
     def introduces(self, key: str, record: dict) -> bool:
-        """The record consumed exactly the bench's tensors and produced a different one."""
+        """The record consumed exactly the bench's tensors and produced a different one. A
+        backward record also needs its forward to have consumed the bench's tensors (a backward
+        reads the forward's saved inputs, not only the gradients it receives)."""
         ref = self._bench.get(key)
         if ref is None:
+            return False
+        name, direction = without_direction(key), parse_key(key).direction
+        if direction == BACKWARD and name not in self._clean:
             return False
         cur, want = _tensors(record), _tensors(ref)
         cur_in = {a: s for a, (role, s) in cur.items() if role != OUTPUT}
         want_in = {a: s for a, (role, s) in want.items() if role != OUTPUT}
         if set(cur_in) != set(want_in) or not all(_same(cur_in[a], want_in[a]) for a in cur_in):
             return False
+        if direction == FORWARD:
+            self._clean.add(name)
         for a, (role, s) in cur.items():
             if role != OUTPUT or a not in want:
                 continue

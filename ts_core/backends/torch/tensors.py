@@ -102,17 +102,20 @@ class TorchAdapter:
 
     def xor_checksum(self, t: torch.Tensor) -> Any:
         """msprobe's xor: a 0-d tensor's own value; else the XOR of its bytes as little-endian
-        int64 words, in numpy for host tensors, on the device (no sync) for the others."""
+        int64 words, in numpy for host tensors, on the device (no sync) for the others. Only
+        views and a copy of a non-contiguous tensor: nothing here is recorded or taped."""
         if t.is_meta or t.numel() == 0:
             return None
-        with internal(), torch.no_grad():
-            t = t.detach()
-            if t.dim() == 0 and not t.is_complex():
-                return t.clone()
-            t = t.resolve_conj().resolve_neg().contiguous().reshape(-1)
-            if t.device.type == "cpu":
-                return xor64_of_bytes(t.view(torch.uint8).numpy())
-            return _xor_on_device(t.view(torch.uint8))
+        t = t.detach()
+        if t.dim() == 0 and not t.is_complex():
+            return t.item() if t.device.type == "cpu" else t.clone()
+        if t.is_conj() or t.is_neg():
+            t = t.resolve_conj().resolve_neg()
+        raw = t.contiguous().reshape(-1).view(torch.uint8)
+        if t.device.type == "cpu":
+            return xor64_of_bytes(raw.numpy())
+        with internal():
+            return _xor_on_device(raw)
 
     def checksums_to_host(self, handles: List[Any]) -> List[Any]:
         with internal():
