@@ -2,8 +2,6 @@
 the records that introduce a difference against an earlier md5 dump; msprobe picks the same."""
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,8 +12,7 @@ import torch.nn.functional as F
 from ts_core import ConfigError, PrecisionDebugger, build_config
 
 from ..conftest import load_dump, require
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ..msprobe_ref import msprobe_rank_dir, run_msprobe
 NUDGE = 1.0 + 2 ** -20          # one op of the new run scales by this: a few low bits change
 
 
@@ -149,26 +146,16 @@ def test_config_rules(tmp_path):
 def test_msprobe_saves_the_same_records_and_its_bench_works_here(tmp_path):
     """msprobe 26.2.0 makes the bench (its md5 dump, a proc{PID} folder) and runs the diff-only
     dump itself; our run against msprobe's bench saves the same tensors."""
-    script = ("import json, sys; sys.path.insert(0, %r)\n"
-              "import torch\n"
-              "from tests.core.test_diff_dump import TwoBranch, _x\n"
-              "from msprobe.pytorch import PrecisionDebugger\n"
-              "mode, s, out, bench = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]\n"
-              "cfg = {'task': 'statistics' if mode == 'bench' else 'tensor', 'dump_path': out, 'rank': [],\n"
-              "       'step': [], 'level': 'L1', 'risk_level': 'ALL'}\n"
-              "cfg['statistics' if mode == 'bench' else 'tensor'] = {'summary_mode': 'md5'} if mode == 'bench' \\\n"
-              "    else {'summary_mode': 'md5', 'bench_path': bench, 'diff_nums': -1}\n"
-              "json.dump(cfg, open(out + '.json', 'w'))\n"
-              "d = PrecisionDebugger(config_path=out + '.json')\n"
-              "net = TwoBranch(s, s)\n"
-              "d.start(); net(_x()).pow(2).mean().backward(); d.stop(); d.step()\n") % ROOT
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    ms_bench, ms_new = str(tmp_path / "ms_bench"), str(tmp_path / "ms_new")
-    for args in (["bench", "1.0", ms_bench, ""], ["new", repr(NUDGE), ms_new, ms_bench]):
-        proc = subprocess.run([sys.executable, "-c", script] + args, capture_output=True, text=True,
-                              timeout=300, env=env)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    theirs, = [os.path.join(ms_new, "step0", d, "dump_tensor_data") for d in os.listdir(os.path.join(ms_new, "step0"))]
+    body = ("from tests.core.test_diff_dump import TwoBranch, _x\n"
+            "net = TwoBranch(float(sys.argv[1]), float(sys.argv[1]))\n"
+            "d.start(); net(_x()).pow(2).mean().backward(); d.stop(); d.step()\n")
+    common = {"rank": [], "step": [], "level": "L1", "risk_level": "ALL"}
+    ms_bench = run_msprobe(dict(common, task="statistics", statistics={"summary_mode": "md5"}), body, tmp_path,
+                           ["1.0"], name="ms_bench")
+    ms_new = run_msprobe(dict(common, task="tensor", tensor={"summary_mode": "md5", "bench_path": ms_bench,
+                                                               "diff_nums": -1}), body, tmp_path, [repr(NUDGE)],
+                         name="ms_new")
+    theirs = os.path.join(msprobe_rank_dir(ms_new), "dump_tensor_data")
     rank, = _run(str(tmp_path / "ours"), TwoBranch(NUDGE, NUDGE), task="tensor", bench_path=ms_bench, diff_nums=-1)
     assert [f[:-len(".pt")] for f in sorted(os.listdir(theirs))] == [f[:-len(".npy")] for f in _saved(rank)]
     assert len(_saved(rank)) == 4

@@ -1,10 +1,6 @@
 """module_dump(module, name) / module_dump_end(): one module recorded as a whole, whatever the
 level, nothing else meanwhile (msprobe's documented contract), normal recording afterwards."""
-import glob
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -15,8 +11,7 @@ import ts_core
 from ts_core import PrecisionDebugger, module_dump, module_dump_end
 
 from ..conftest import load_dump, require
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ..msprobe_ref import msprobe_json, run_msprobe
 
 
 class ModuleOP(nn.Module):            # msprobe's own example
@@ -119,21 +114,13 @@ def test_bad_arguments_say_what_to_pass(dump_root):
 
 @require("msprobe")
 def test_l1_keys_match_msprobe(tmp_path):
-    (tmp_path / "c.json").write_text(json.dumps({"task": "statistics", "dump_path": str(tmp_path / "ms"),
-                                                 "rank": [], "step": [], "level": "L1"}))
-    script = ("import sys; sys.path.insert(0, %r)\n"
-              "import torch\n"
-              "from tests.core.test_module_dump import ModuleOP\n"
-              "from msprobe.pytorch import PrecisionDebugger, module_dump, module_dump_end\n"
-              "dbg = PrecisionDebugger(config_path=%r)\n"
-              "torch.manual_seed(0); module = ModuleOP(); x = torch.randn(10, 8)\n"
-              "dbg.start(); y = torch.sigmoid(x)\n"
-              "module_dump(module, 'MyModuleOP'); out = module(y); module_dump_end()\n"
-              "out.sum().backward(); dbg.stop(); dbg.step()\n") % (ROOT, str(tmp_path / "c.json"))
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    theirs = json.load(open(glob.glob(str(tmp_path / "ms" / "step0" / "*" / "dump.json"))[0]))["data"]
+    root = run_msprobe({"task": "statistics", "rank": [], "step": [], "level": "L1"},
+                       "from tests.core.test_module_dump import ModuleOP\n"
+                       "torch.manual_seed(0); module = ModuleOP(); x = torch.randn(10, 8)\n"
+                       "d.start(); y = torch.sigmoid(x)\n"
+                       "module_dump(module, 'MyModuleOP'); out = module(y); module_dump_end()\n"
+                       "out.sum().backward(); d.stop(); d.step()\n", tmp_path)
+    theirs = msprobe_json(root)["data"]
     _, _, _, ours = _example(str(tmp_path / "ours"), "L1")
     assert list(theirs) == list(ours)
     for key in theirs:

@@ -1,33 +1,21 @@
 """tensor_list (statistics task): statistics for every record, and the real tensors of the records
 whose key contains a listed name, as msprobe selects them."""
-import glob
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import torch
 
 from ts_core import PrecisionDebugger, build_config
 
-from ..conftest import load_dump, require
+from ..conftest import load_dump, require, tensor_summaries
+from ..msprobe_ref import ROOT, msprobe_json, run_msprobe
 from .models import make
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = os.path.join(ROOT, "configs")
 
 
-def _data_names(obj, out):
-    if isinstance(obj, dict):
-        if "data_name" in obj:
-            out.append(obj["data_name"])
-        for v in obj.values():
-            _data_names(v, out)
-    elif isinstance(obj, list):
-        for v in obj:
-            _data_names(v, out)
-    return out
+def _data_names(obj):
+    return [s["data_name"] for s in tensor_summaries(obj) if "data_name" in s]
 
 
 def _run(dump_root, tensor_list, level="mix"):
@@ -47,12 +35,12 @@ def test_listed_records_get_tensor_files_all_records_get_statistics(dump_root):
     model, x, hidden, dump, rank = _run(dump_root, ["fc2", "relu"])
     data = dump["data"]
     assert dump["task"] == "statistics" and dump["dump_data_dir"] == os.path.join(rank, "dump_tensor_data")
-    saved = sorted(_data_names(data, []))
+    saved = sorted(_data_names(data))
     assert saved == sorted(os.listdir(os.path.join(rank, "dump_tensor_data")))
     assert {"Module.fc2.Linear.forward.0.input.0.npy", "Module.fc2.Linear.backward.0.output.0.npy",
             "Functional.relu.0.forward.output.0.npy", "Module.fc2.Linear.parameters_grad.0.weight.npy"} <= set(saved)
     for key, rec in data.items():
-        names = _data_names(rec, [])
+        names = _data_names(rec)
         assert bool(names) == ("fc2" in key or "relu" in key), key
         for summary in (rec.get("output") or []):
             if isinstance(summary, dict) and summary.get("type") == "torch.Tensor":
@@ -70,14 +58,14 @@ def test_listed_records_get_tensor_files_all_records_get_statistics(dump_root):
 def test_matching_is_msprobes_substring_match_on_the_key(dump_root):
     """'ReLU' (the module class) is not 'relu': msprobe matches case-sensitively, as here."""
     _, _, _, dump, _ = _run(dump_root, ["relu"])
-    with_files = {k for k, rec in dump["data"].items() if _data_names(rec, [])}
+    with_files = {k for k, rec in dump["data"].items() if _data_names(rec)}
     assert with_files == {"Functional.relu.0.forward", "Functional.relu.0.backward"}
 
 
 def test_no_tensor_folder_without_tensor_list(dump_root):
     _, _, _, dump, rank = _run(dump_root, [])
     assert dump["dump_data_dir"] is None and not os.path.exists(os.path.join(rank, "dump_tensor_data"))
-    assert not _data_names(dump["data"], [])
+    assert not _data_names(dump["data"])
 
 
 def test_ready_config_loads(tmp_path):
@@ -87,20 +75,12 @@ def test_ready_config_loads(tmp_path):
 
 @require("msprobe")
 def test_same_files_as_msprobe(tmp_path):
-    ms_root = tmp_path / "ms"
-    (tmp_path / "c.json").write_text(json.dumps({
-        "task": "statistics", "dump_path": str(ms_root), "rank": [], "step": [], "level": "mix",
-        "risk_level": "ALL", "statistics": {"tensor_list": ["fc2", "relu"]}}))
-    script = ("import sys; sys.path.insert(0, %r)\n"
-              "from tests.core.models import make\n"
-              "from msprobe.pytorch import PrecisionDebugger\n"
-              "d = PrecisionDebugger(config_path=%r)\n"
-              "model, x = make('mlp')\n"
-              "d.start(model); model(x).pow(2).mean().backward(); d.stop(); d.step()\n") % (ROOT, str(tmp_path / "c.json"))
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    theirs = json.load(open(glob.glob(str(ms_root / "step0" / "*" / "dump.json"))[0]))["data"]
+    root = run_msprobe({"task": "statistics", "rank": [], "step": [], "level": "mix", "risk_level": "ALL",
+                        "statistics": {"tensor_list": ["fc2", "relu"]}},
+                       "from tests.core.models import make\n"
+                       "model, x = make('mlp')\n"
+                       "d.start(model); model(x).pow(2).mean().backward(); d.stop(); d.step()\n", tmp_path)
+    theirs = msprobe_json(root)["data"]
     _, _, _, ours, _ = _run(str(tmp_path / "ours"), ["fc2", "relu"])
-    assert sorted(n[:-len(".pt")] for n in _data_names(theirs, [])) == \
-        sorted(n[:-len(".npy")] for n in _data_names(ours["data"], []))
+    assert sorted(n[:-len(".pt")] for n in _data_names(theirs)) == \
+        sorted(n[:-len(".npy")] for n in _data_names(ours["data"]))

@@ -1,18 +1,14 @@
 """summary_mode "xor": msprobe's 64-bit XOR checksum in the ``md5`` field instead of the statistics,
 checked against a plain-Python fold of the bytes and against msprobe itself."""
-import glob
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
-import pytest
 import torch
 
 from ts_core import PrecisionDebugger, build_config, compare
 
 from ..conftest import load_dump, require
+from ..msprobe_ref import msprobe_json, run_msprobe
 from .models import make
 
 MASK = (1 << 64) - 1
@@ -108,21 +104,14 @@ def test_same_checksums_as_msprobe(tmp_path):
     """msprobe 26.2.0 run on the same tensors in its own process: identical md5 fields."""
     ts = _tensors()
     torch.save(ts, tmp_path / "tensors.pt")
-    cfg = {"task": "statistics", "dump_path": str(tmp_path / "ms"), "rank": [], "step": [], "level": "L1",
-           "risk_level": "ALL",          # msprobe skips "low-risk" APIs such as clone by default
-           "statistics": {"summary_mode": "xor"}}
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    script = ("import torch, sys\n"
-              "from msprobe.pytorch import PrecisionDebugger\n"
-              f"d = PrecisionDebugger(config_path={str(tmp_path / 'config.json')!r})\n"
-              f"ts = torch.load({str(tmp_path / 'tensors.pt')!r})\n"
-              "d.start()\n"
-              "for t in ts.values(): torch.clone(t)\n"
-              "d.stop(); d.step()\n")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    theirs = json.load(open(glob.glob(str(tmp_path / "ms" / "step0" / "*" / "dump.json"))[0]))["data"]
+    root = run_msprobe({"task": "statistics", "rank": [], "step": [], "level": "L1",
+                        "risk_level": "ALL",       # msprobe skips "low-risk" APIs such as clone by default
+                        "statistics": {"summary_mode": "xor"}},
+                       "ts = torch.load(sys.argv[1])\n"
+                       "d.start()\n"
+                       "for t in ts.values(): torch.clone(t)\n"
+                       "d.stop(); d.step()\n", tmp_path, [str(tmp_path / "tensors.pt")])
+    theirs = msprobe_json(root)["data"]
     ours = _run(str(tmp_path / "ours"), lambda: [torch.clone(t) for t in ts.values()])["data"]
     assert set(theirs) == set(ours)
     for key, rec in theirs.items():

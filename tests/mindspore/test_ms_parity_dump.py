@@ -9,7 +9,7 @@ import pytest
 
 from ts_core import PrecisionDebugger, module_dump, module_dump_end
 
-from ..conftest import load_dump, load_json, require
+from ..conftest import load_dump, load_json, require, tensor_summaries
 from .lazy import helpers, ms, ops
 
 pytestmark = require("mindspore")
@@ -29,14 +29,7 @@ def _net_and_x():
 
 
 def _summaries(obj):
-    if isinstance(obj, dict) and obj.get("type") == "mindspore.Tensor":
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _summaries(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from _summaries(v)
+    return tensor_summaries(obj, "mindspore.Tensor")
 
 
 def _python_xor(raw: bytes) -> str:
