@@ -14,6 +14,17 @@ def _npy(rank_dir, summary):
     return np.load(os.path.join(rank_dir, "dump_tensor_data", summary["data_name"]))
 
 
+def _l0_tensor_dump(dump_root, model, run):
+    """`run()` with an L0 tensor-mode debugger on `model`; returns (its result, rank dir, records)."""
+    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level="L0", step=[0])
+    dbg.start(model)
+    result = run()
+    dbg.stop()
+    dbg.close()
+    rank_dir = os.path.join(dump_root, "step0", "rank")
+    return result, rank_dir, load_dump(rank_dir)["data"]
+
+
 def test_module_and_api_backward_equal_autograd(dump_root):
     torch.manual_seed(0)
     model = MLP()
@@ -100,12 +111,152 @@ def test_module_whose_input_needs_no_grad_still_gets_a_backward_record(dump_root
     x = torch.randn(2, 4)                       # a data batch: no grad
     h = model[0](x)
     ref_h_grad, = torch.autograd.grad(model[2](model[1](h.clone())).sum(), [h])
-    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level="L0", step=[0])
-    dbg.start(model)
-    model(x).sum().backward()
-    dbg.stop()
-    dbg.close()
-    rank_dir = os.path.join(dump_root, "step0", "rank")
-    rec = load_dump(rank_dir)["data"]["Module.0.Linear.backward.0"]
+    _, rank_dir, data = _l0_tensor_dump(dump_root, model, lambda: model(x).sum().backward())
+    rec = data["Module.0.Linear.backward.0"]
     assert rec["output"] == []                  # no gradient w.r.t. the data batch
     np.testing.assert_array_equal(_npy(rank_dir, rec["input"][0]), ref_h_grad.numpy())
+
+
+class RMSNorm(torch.nn.Module):
+    """Uses its input three times (x * rsqrt(mean(x * x))), as Llama's RMSNorm does."""
+
+    def forward(self, x):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6)
+
+
+class Residual(torch.nn.Module):
+    """x + norm(x): the norm's input is also used outside the norm, after it."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(333, 333)
+        self.norm = RMSNorm()
+
+    def forward(self, x):
+        h = self.inp(x)
+        return (h + self.norm(h) * 3.0).sin()
+
+
+def _residual_case():
+    torch.manual_seed(3)
+    return Residual(), torch.randn(64, 333)
+
+
+def _grads(model, x):
+    model.zero_grad()
+    model(x).sum().backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_input_used_inside_and_outside_a_module_keeps_its_gradient_bits(dump_root):
+    """An identity node at the norm's input would sum its three contributions apart from the
+    residual's ((r + a) + b) + c -> r + ((a + b) + c): other last bits (the defect of issue 13)."""
+    model, x = _residual_case()
+    ref = _grads(model, x)
+    for level in ("L0", "mix"):
+        dbg = PrecisionDebugger(dump_path=os.path.join(dump_root, level), task="statistics", level=level, step=[0])
+        dbg.start(model)
+        got = _grads(model, x)
+        dbg.stop()
+        dbg.close()
+        assert all(torch.equal(a, b) for a, b in zip(got, ref)), level
+
+
+def test_backward_record_of_a_shared_input_is_the_modules_own_share(dump_root):
+    model, x = _residual_case()
+    # Independent reference: the norm gets its own leaf copy of h, so autograd sums the norm's
+    # share of the gradient on that leaf alone.
+    h = model.inp(x).detach()
+    h_norm = h.clone().requires_grad_()
+    out = model.norm(h_norm)
+    g_out, g_norm_share = torch.autograd.grad((h + out * 3.0).sin().sum(), [out, h_norm])
+
+    _, rank_dir, data = _l0_tensor_dump(dump_root, model, lambda: model(x).sum().backward())
+    rec = data["Module.norm.RMSNorm.backward.0"]
+    np.testing.assert_array_equal(_npy(rank_dir, rec["input"][0]), g_out.numpy())
+    np.testing.assert_array_equal(_npy(rank_dir, rec["output"][0]), g_norm_share.numpy())
+
+
+def test_leaf_input_used_twice_and_a_module_returning_its_input(dump_root):
+    torch.manual_seed(4)
+    x = torch.randn(3, 5, requires_grad=True)
+    model = torch.nn.Sequential(RMSNorm(), torch.nn.Identity())
+    y = RMSNorm()(x)
+    g_y, g_x = torch.autograd.grad(y.pow(3).sum(), [y, x])
+
+    (got_x,), rank_dir, data = _l0_tensor_dump(dump_root, model,
+                                               lambda: torch.autograd.grad(model(x).pow(3).sum(), [x]))
+    assert torch.equal(got_x, g_x)
+    norm = data["Module.0.RMSNorm.backward.0"]
+    np.testing.assert_array_equal(_npy(rank_dir, norm["output"][0]), g_x.numpy())      # x is a leaf
+    ident = data["Module.1.Identity.backward.0"]                                      # no node of its own
+    np.testing.assert_array_equal(_npy(rank_dir, ident["input"][0]), g_y.numpy())
+    np.testing.assert_array_equal(_npy(rank_dir, ident["output"][0]), g_y.numpy())
+
+
+def test_backward_restricted_to_some_inputs_still_completes_records(dump_root):
+    """autograd.grad w.r.t. one weight skips the nodes that lead elsewhere: a record whose
+    input's consumers do not all run is completed when the backward pass ends."""
+    torch.manual_seed(5)
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.a(x) * self.b(x)
+
+    model = torch.nn.Sequential(Two())
+    x = torch.randn(2, 4, requires_grad=True)
+    out = model(x)
+    ref_out, ref_w = torch.autograd.grad(out.sum(), [out, model[0].a.weight])
+    (got,), rank_dir, data = _l0_tensor_dump(dump_root, model,
+                                             lambda: torch.autograd.grad(model(x).sum(), [model[0].a.weight]))
+    assert torch.equal(got, ref_w)
+    assert "Module.0.a.Linear.backward.0" in data
+    assert "Module.0.b.Linear.backward.0" not in data        # no gradient reached b
+    two = data["Module.0.Two.backward.0"]                     # b's node never ran: completed at the end
+    np.testing.assert_array_equal(_npy(rank_dir, two["input"][0]), ref_out.numpy())
+    assert two["output"] == [None]                            # x's gradient was not computed
+
+
+def test_parameter_returned_or_saved_as_is_gets_records_and_keeps_no_hook(dump_root):
+    """A hook on a parameter would outlive the step (and pile up, one per step); hooks on
+    leaves are released at the next step and at close()."""
+    from ..torch_state import hooks_on
+
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(3))
+            self.same = torch.nn.Identity()
+
+        def forward(self, x):
+            return x * self.same(self.w)
+
+    torch.manual_seed(6)
+    model, x = Scale(), torch.randn(4, 3)
+    for level in ("mix", "debug"):
+        root = os.path.join(dump_root, level)
+        dbg = PrecisionDebugger(dump_path=root, task="tensor", level=level, step=[0, 1])
+        for _ in range(2):
+            dbg.start(model)
+            if level == "debug":
+                dbg.save(model.w, "w")
+            model.zero_grad()
+            model(x).sum().backward()
+            dbg.stop()
+            assert len([h for h in hooks_on(model) if h[0] == "w"]) == 1   # this step's only, released at the next
+            dbg.step()
+        dbg.close()
+        assert hooks_on(model) == []
+        rank_dir = os.path.join(root, "step1", "rank")
+        data = load_dump(rank_dir)["data"]
+        if level == "debug":
+            grads = [k for k in data if k.startswith("w_grad.")]
+            assert len(grads) == 1                  # not one more per earlier step's hook
+            rec = data[grads[0]]
+        else:
+            rec = data["Module.same.Identity.backward.0"]["output"][0]
+        np.testing.assert_array_equal(_npy(rank_dir, rec), x.sum(0).numpy())

@@ -1,5 +1,6 @@
 """seed_all covers MindSpore: seeds, deterministic mode, and rm_dropout."""
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -26,6 +27,10 @@ pytestmark = require("mindspore")
 def no_dropout_restored():
     yield
     restore_dropout()
+    if "torch" in sys.modules:        # ts_core.seed_all(rm_dropout=True) also patches torch's dropouts
+        from ts_core.backends.torch.seed import restore_dropout as restore_torch_dropout
+
+        restore_torch_dropout()
 
 
 def _draws():

@@ -180,7 +180,7 @@ class Backend(abc.ABC):
             return hook
 
         for i, t in enumerate(tensors):
-            t.register_hook(make_hook(i))
+            self._hook_grad_impl(t, make_hook(i))
 
     # -- the API wrapper's body (L1) ----------------------------------------------------------
     def run_api(self, orig: Callable, base: str, name: str, args: tuple, kwargs: dict,
@@ -202,8 +202,8 @@ class Backend(abc.ABC):
                 if inplace is None:
                     inplace = is_inplace(name, kwargs)
                 if not inplace and name not in self._aliasing and not base.startswith(self._collective_prefixes):
-                    # Tap before summarising, so the tap never waits for the statistics ops.
-                    run_args, run_kwargs = capture.tap_inputs(args, kwargs)
+                    # Before summarising, so a tap never waits for the statistics ops.
+                    run_args, run_kwargs = capture.before_call(args, kwargs)
             col.forward_inputs(call, args, kwargs)
             try:
                 out = orig(*run_args, **run_kwargs)      # still at depth > 0: nested APIs are not recorded
@@ -255,10 +255,10 @@ class Backend(abc.ABC):
                 if capture is not None:
                     inplace = self._module_is_inplace_impl(module)
                     if not inplace:     # before the statistics ops, as for APIs
-                        run_args, run_kwargs = capture.tap_inputs(args, kwargs)
+                        run_args, run_kwargs = capture.before_call(args, kwargs)
                 col.forward_inputs(call, args, kwargs)
             stack.append((call, capture, inplace))
-        return (run_args, run_kwargs) if capture is not None and capture.tapped else None
+        return (run_args, run_kwargs) if capture is not None and capture.replaces_inputs else None
 
     def _post(self, hooks: HookSet, base: str, module: Any, args: tuple, kwargs: dict, output: Any):
         entry = hooks.finished_call(module)
@@ -321,7 +321,12 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def _grad_capture_impl(self, emit: Callable[[list, list], None]) -> Any:
-        """A new gradient capture (``tap_inputs``, ``tapped``) reporting to `emit`."""
+        """A new gradient capture reporting to `emit`: ``before_call(args, kwargs)`` returns the
+        arguments the call runs with (a tap may substitute aliases; then ``replaces_inputs``)."""
+
+    def _hook_grad_impl(self, tensor: Any, fn: Callable[[Any], None]) -> None:
+        """``fn(grad)`` when `tensor`'s gradient arrives (a hook the backend can release)."""
+        tensor.register_hook(fn)
 
     @abc.abstractmethod
     def _may_get_grad_impl(self, tensor: Any) -> bool:

@@ -20,7 +20,6 @@ from typing import Any, Callable, Dict, List
 from mindspore import Tensor, ops
 
 from .._depth import internal
-from ..grad_record import GradRecord
 from ..structure import leaves, map_leaves
 from .tensors import FLOATING
 
@@ -68,6 +67,34 @@ class Pending:
         self.captures.clear()
 
 
+class GradRecord:
+    """One call's output gradients as they arrive, and the one moment its record is complete:
+    ``finish`` hands ``emit(grads_of_outputs, grads_of_inputs)`` the record exactly once."""
+
+    __slots__ = ("emit", "out_grads", "expected", "received", "done", "tapped")
+
+    def __init__(self, emit: Callable[[list, list], None]):
+        self.emit = emit
+        self.out_grads: List[Any] = []     # one slot per output tensor
+        self.expected = 0                  # output hooks placed
+        self.received = 0                  # output gradients arrived
+        self.done = False
+        self.tapped = False                # the inputs pass a tap, whose gradients complete the record
+
+    def output_grad(self, i: int, grad: Any) -> None:
+        """Output `i`'s gradient arrived; without an input tap the last one completes the record."""
+        self.out_grads[i] = grad
+        self.received += 1
+        if not self.tapped and self.received == self.expected:
+            self.finish([])
+
+    def finish(self, in_grads: list) -> None:
+        """Emit the record with the gradients of the inputs (once; later calls do nothing)."""
+        if not self.done:
+            self.done = True
+            self.emit(self.out_grads, in_grads)
+
+
 class GradCapture(GradRecord):
     """Collects one call's gradients, then hands them to ``emit(grads_of_outputs, grads_of_inputs)``;
     registered in `pending` until then."""
@@ -78,6 +105,15 @@ class GradCapture(GradRecord):
         super().__init__(emit)
         self.pending = pending
         pending.captures[id(self)] = self
+
+    @property
+    def replaces_inputs(self) -> bool:
+        """The call runs with tapped aliases of its inputs (see ``before_call``)."""
+        return self.tapped
+
+    def before_call(self, args: tuple, kwargs: dict):
+        """The backend flow's hook point before the call: MindSpore taps the inputs."""
+        return self.tap_inputs(args, kwargs)
 
     def tap_inputs(self, args: tuple, kwargs: dict):
         """Route floating tensor inputs through one HookBackward; returns new (args, kwargs).

@@ -2,8 +2,9 @@
 
 What is torch's own (the flow is ``backends/base.py``): modules are ``nn.Module``; parameter
 gradients come from ``register_post_accumulate_grad_hook`` and can be re-read from ``.grad``;
-backward is captured by the identity tap, or, for in-place and view-returning calls whose
-inputs must stay the user's tensors, by a hook on the output's autograd node (grad_capture).
+backward is captured without adding a node to the autograd graph: read-only hooks on the nodes
+a call created that feed its inputs, or, for in-place and view-returning calls, a hook on the
+output's autograd node (grad_capture).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch
 
 from ..base import Backend
 from .api_hooks import ApiPatcher, node_target
-from .grad_capture import GradCapture
+from .grad_capture import GradCapture, hook_grad, release_leaf_hooks
 from .tensors import TorchAdapter
 
 __all__ = ["TorchBackend", "TorchAdapter"]
@@ -51,11 +52,20 @@ class TorchBackend(Backend):
     def _grad_capture_impl(self, emit) -> GradCapture:
         return GradCapture(emit)
 
+    def _hook_grad_impl(self, tensor: torch.Tensor, fn) -> None:
+        hook_grad(tensor, fn)          # a hook on a leaf (a parameter) is released at the next step
+
+    def _new_step_impl(self) -> None:
+        release_leaf_hooks()
+
+    def _close_impl(self) -> None:
+        release_leaf_hooks()
+
     def _may_get_grad_impl(self, tensor: torch.Tensor) -> bool:
         return tensor.requires_grad
 
     def _module_is_inplace_impl(self, module: torch.nn.Module) -> bool:
-        # ReLU(inplace=True): its input must stay the caller's tensor, so no tap
+        # ReLU(inplace=True): its input is overwritten, so its node is hooked instead
         return getattr(module, "inplace", False) is True
 
     def _watch_module_outputs_impl(self, capture: GradCapture, output: Any, args: tuple, inplace: bool) -> None:
@@ -66,7 +76,7 @@ class TorchBackend(Backend):
 
     def _watch_api_outputs_impl(self, capture: GradCapture, out: Any, args: tuple, kwargs: dict,
                                 inplace: bool) -> None:
-        if capture.tapped:
+        if capture.watching:
             capture.watch_outputs(out)
         else:
             capture.watch_node(node_target(out, args, inplace))

@@ -1,82 +1,247 @@
-"""Backward records for one call, without changing a single gradient bit.
+"""Backward records for one call, without adding a single node to the autograd graph.
 
-Two strategies:
-- *tap* (default): the call's grad-requiring tensor inputs pass through an identity autograd
-  Function whose backward sees exactly this call's gradients w.r.t. its inputs; tensor hooks
-  on the outputs see the gradients w.r.t. the outputs. The identity returns ``detach()``
-  aliases, so in-place ops on its results are allowed (torch's own full backward hooks forbid
-  them, which breaks ``ReLU(inplace=True)``).
-- *node*: for in-place and view-returning calls, whose inputs must stay the user's tensors,
-  a hook on the output's autograd node sees both gradients at once.
+Why no node: autograd sums the gradient contributions a tensor receives in its grad_fn's
+InputBuffer, one at a time, in the order its consumers run (``((c1 + c2) + c3)``). Any identity
+node put between a call's inputs and their uses inside the call (an autograd Function "tap", or
+torch's own full backward hooks) pre-sums the call's contributions on its own before they reach
+the tensor: a tensor that the call uses twice and the caller uses once more (an RMSNorm input
+that is also the residual, q/k/v projections of one hidden state) is then summed as
+``c1 + (c2 + c3)``, which differs in the last bits. So nothing is inserted:
+
+- before the call, ``watch_inputs`` notes the gradient edge ``(grad_fn, output_nr)`` of each
+  grad-requiring tensor input (the tensor itself for a leaf) and autograd's per-thread sequence
+  number: every node the call creates gets a number at least that large;
+- after the call, ``watch_outputs`` walks back from the outputs' grad_fns through nodes created
+  by the call only, and puts a read-only post hook on each node whose edge points at an input
+  (a *consumer*); the hook reads that node's gradient for the input (exactly what autograd adds
+  into the input's buffer), and tensor hooks on the outputs read their gradients;
+- the record of an input's gradient is the sum of its consumers' contributions in the order
+  they ran, the same order (and so the same bits) as autograd's own sum when the call is the
+  tensor's only user. Hooks return None: no gradient is replaced, re-laid-out or copied.
+
+A call returning an input unchanged (``nn.Identity``, dropout with p=0) created no node: that
+input's gradient is recorded as the gradient of the output it became.
+
+``watch_node`` (in-place and view-returning APIs, in-place modules) hooks the one node an
+in-place op installs on its target and reads both sides of it.
+
+A record is written when its last consumer has run; calls whose consumers do not all run (a
+backward restricted with ``inputs=``) are completed when the backward pass ends.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
 from .._depth import internal
-from ..grad_record import GradRecord
-from ..structure import leaves, map_leaves
+from ..structure import leaves
 
-
-class _GradTap(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, sink, *xs):
-        ctx.sink = sink
-        return tuple(x.detach() for x in xs)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        ctx.sink(grads)
-        return (None,) + grads
+_next_sequence_nr = torch.autograd._get_sequence_nr
+_queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 
 
 def flat_tensors(obj: Any, out: List[torch.Tensor]) -> List[torch.Tensor]:
     return leaves(obj, lambda v: isinstance(v, torch.Tensor), out)
 
 
-def _replace(obj: Any, swap: dict) -> Any:
-    return map_leaves(obj, lambda v: swap.get(id(v), v) if isinstance(v, torch.Tensor) else v)
+_LEAF_HOOKS: Dict[int, Any] = {}          # hooks on leaf tensors, by id of their handle
 
 
-class GradCapture(GradRecord):
+def hook_grad(t: torch.Tensor, fn: Callable[[torch.Tensor], None]) -> None:
+    """``fn(grad)`` when `t`'s gradient arrives. A hook on a non-leaf lives on its graph node and
+    goes away with the graph; one on a leaf (a parameter a call returned, or ``save()`` was given,
+    as is) would stay on the parameter for good: those are removed by ``release_leaf_hooks``."""
+    handle = t.register_hook(fn)
+    if t.grad_fn is None:
+        _LEAF_HOOKS[id(handle)] = handle
+
+
+def release_leaf_hooks() -> None:
+    """Remove every hook ``hook_grad`` put on a leaf (at the next step, and at close)."""
+    for handle in list(_LEAF_HOOKS.values()):
+        handle.remove()
+    _LEAF_HOOKS.clear()
+
+
+class GradCapture:
     """Collects one call's gradients, then hands them to ``emit(grads_of_outputs, grads_of_inputs)``."""
 
-    __slots__ = ("n_in",)
+    __slots__ = ("emit", "out_grads", "in_grads", "watching", "done", "_wait", "_queued",
+                 "_start", "_inputs", "_edges", "_leaves")
 
-    # -- tap strategy -------------------------------------------------------------------
-    def tap_inputs(self, args: tuple, kwargs: dict):
-        """Route grad-requiring tensor inputs through the identity tap; returns new (args, kwargs)."""
-        tensors = [t for t in flat_tensors((args, kwargs), []) if t.requires_grad]
-        if not tensors:
-            return args, kwargs
-        unique = list({id(t): t for t in tensors}.values())
-        self.n_in = len(unique)
-        self.tapped = True
-        aliases = _GradTap.apply(self._on_input_grads, *unique)
-        swap = {id(t): a for t, a in zip(unique, aliases)}
-        return _replace(args, swap), _replace(kwargs, swap)
+    def __init__(self, emit: Callable[[list, list], None]):
+        self.emit = emit
+        self.out_grads: List[Any] = []
+        self.in_grads: List[Any] = []
+        self.watching = False          # the call has grad-requiring tensor inputs
+        self.done = False
+        self._wait = 0                 # hook calls still to come before the record is complete
+        self._queued = False
+        self._start = 0
+        self._inputs: List[Tuple[torch.Tensor, int, Any]] = []   # (input, its version, its grad_fn)
+        self._edges: Dict[Tuple[int, int], int] = {}             # (id(grad_fn), output_nr) -> input
+        self._leaves: Dict[int, int] = {}                        # id(leaf tensor) -> input
+
+    replaces_inputs = False            # the call runs with the caller's own tensors
+
+    def before_call(self, args: tuple, kwargs: dict):
+        """The backend flow's hook point before the call: note where gradients will arrive;
+        the arguments are returned unchanged (nothing is inserted into the graph)."""
+        self.watch_inputs(args, kwargs)
+        return args, kwargs
+
+    # -- consumer strategy ------------------------------------------------------------------
+    def watch_inputs(self, args: tuple, kwargs: dict) -> None:
+        """Before the call: note where each grad-requiring input's gradient will arrive."""
+        n = 0
+        for t in flat_tensors((args, kwargs), []):
+            if not t.requires_grad:
+                continue
+            fn = t.grad_fn
+            if fn is None:
+                if id(t) in self._leaves:
+                    continue
+                self._leaves[id(t)] = n
+            else:
+                key = (id(fn), t.output_nr)
+                if key in self._edges:
+                    continue
+                self._edges[key] = n
+            self._inputs.append((t, t._version, fn))      # holding fn keeps its id unique
+            n += 1
+        if n:
+            self.watching = True
+            self.in_grads = [None] * n
+            self._start = _next_sequence_nr()
+
+    def _input_of(self, fn: Any, output_nr: int) -> Optional[int]:
+        k = self._edges.get((id(fn), output_nr))
+        if k is None and self._leaves and type(fn).__name__ == "AccumulateGrad":
+            k = self._leaves.get(id(fn.variable))
+        return k
 
     def watch_outputs(self, output: Any) -> None:
+        """After the call: hook the outputs and the call's nodes that feed its inputs."""
         outs = flat_tensors(output, [])
         self.out_grads = [None] * len(outs)
+        roots: List[Any] = []
+        identity: Dict[int, int] = {}
+        hooked: List[int] = []
         for i, t in enumerate(outs):
-            if t.requires_grad:
-                self.expected += 1
-                t.register_hook(self._out_hook(i))
-        if self.expected == 0 and not self.tapped:
+            if not t.requires_grad:
+                continue
+            fn = t.grad_fn
+            k = self._input_of(fn, t.output_nr) if fn is not None else self._leaves.get(id(t))
+            if k is not None:
+                identity[i] = k                 # an input returned as is: no node of its own
+            elif fn is not None:
+                roots.append(fn)
+            hooked.append(i)
+        consumers = self._consumers(roots + self._mutated()) if self.watching else []
+        self._release()
+        # Complete when the last consumer (or returned input) has its gradient; a call that
+        # feeds no input of its own completes with its outputs' gradients.
+        outputs_complete = not (consumers or identity)
+        self._wait = len(hooked) if outputs_complete else len(consumers) + len(identity)
+        for i in hooked:
+            hook_grad(outs[i], self._out_hook(i, identity.get(i), counts=outputs_complete or i in identity))
+        for node, slots in consumers:
+            node.register_hook(self._consumer_hook(slots))
+        if self._wait == 0:
             self.done = True
 
-    def _out_hook(self, i: int):
-        def hook(grad):
+    def _mutated(self) -> list:
+        """grad_fns installed on inputs the call modified in place (their new history)."""
+        roots = []
+        for t, version, _ in self._inputs:
+            if t._version != version:
+                src = t._base if t._is_view() else t      # a view's own grad_fn would be rebuilt
+                if src.grad_fn is not None:
+                    roots.append(src.grad_fn)
+        return roots
+
+    def _consumers(self, roots: list) -> List[Tuple[Any, List[Tuple[int, int]]]]:
+        """Nodes created by the call with an edge to an input: [(node, [(slot, input)])]."""
+        found = []
+        seen: Dict[int, Any] = {}          # keeps every visited wrapper alive: ids stay unique
+        stack = list(roots)
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen[id(node)] = node
+            if node._sequence_nr() < self._start:
+                continue                   # made before the call: not the call's own node
+            slots = []
+            for slot, (nxt, nr) in enumerate(node.next_functions):
+                if nxt is None:
+                    continue
+                k = self._input_of(nxt, nr)
+                if k is not None:
+                    slots.append((slot, k))
+                else:
+                    stack.append(nxt)
+            if slots:
+                found.append((node, slots))
+        return found
+
+    def _release(self) -> None:
+        self._inputs = []
+        self._edges = {}
+        self._leaves = {}
+
+    def _add(self, k: int, grad: Any) -> None:
+        cur = self.in_grads[k]
+        if cur is None:
+            self.in_grads[k] = grad
+        else:
+            with torch.no_grad():
+                self.in_grads[k] = cur + grad   # autograd's InputBuffer does old + new, in order
+
+    def _consumer_hook(self, slots: List[Tuple[int, int]]):
+        def hook(grad_inputs, grad_outputs):
+            if self.done:
+                return None
             with internal():
-                self.output_grad(i, grad)
+                for slot, k in slots:
+                    g = grad_inputs[slot]
+                    if g is not None:
+                        self._add(k, g)
+                self._count()
+            return None
         return hook
 
-    def _on_input_grads(self, grads) -> None:
-        with internal():
-            self.finish(list(grads))
+    def _out_hook(self, i: int, k: Optional[int], counts: bool):
+        def hook(grad):
+            if self.done:
+                return None
+            with internal():
+                self.out_grads[i] = grad
+                if k is not None:
+                    self.in_grads[k] = grad
+                if counts:
+                    self._count()
+                else:
+                    self._finish_at_end()
+            return None
+        return hook
+
+    def _count(self) -> None:
+        self._wait -= 1
+        if self._wait <= 0:
+            self._finish()
+        else:
+            self._finish_at_end()
+
+    def _finish_at_end(self) -> None:
+        """Complete this record when the backward pass ends, should some hook never run."""
+        if not self._queued:
+            self._queued = True
+            try:
+                _queue_callback(self._finish)
+            except RuntimeError:          # not inside a backward pass (hook called directly)
+                pass
 
     # -- node strategy ------------------------------------------------------------------
     def watch_node(self, target: Optional[torch.Tensor]) -> None:
@@ -88,5 +253,13 @@ class GradCapture(GradRecord):
         def hook(grad_inputs, grad_outputs):
             with internal():
                 self.out_grads = list(grad_outputs)
-                self.finish([g for g in grad_inputs if g is not None])
+                self.in_grads = [g for g in grad_inputs if g is not None]
+                self._finish()
         node.register_hook(hook)
+
+    def _finish(self) -> None:
+        if not self.done:
+            self.done = True
+            out_grads, in_grads = self.out_grads, self.in_grads
+            self.out_grads, self.in_grads = [], []     # a hook may outlive the step: keep no grads
+            self.emit(out_grads, in_grads)
