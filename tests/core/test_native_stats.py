@@ -33,7 +33,7 @@ def _tensor(dtype, n, seed):
 @pytest.mark.parametrize("n", [1, 7, 513, 100_003])
 def test_native_stats_match_numpy(dtype, n):
     t = _tensor(dtype, n, n)
-    row = TorchAdapter()._compute(t)
+    row = TorchAdapter().stats(t)
     assert isinstance(row, list), "a contiguous CPU tensor takes the native path"
     ref = reference_stats(t.float().numpy() if dtype == torch.bfloat16 else t.numpy(), str(dtype))
     assert row[0] == ref["Max"] and row[1] == ref["Min"]          # extremes are exact
@@ -45,7 +45,7 @@ def test_native_stats_match_numpy(dtype, n):
 def test_nonfinite_values_take_the_framework_path(bad):
     t = torch.tensor([1.0, bad, 3.0])
     assert native.Stats()(t.data_ptr(), 3, native.F32) is None
-    handle = TorchAdapter()._compute(t)
+    handle = TorchAdapter().stats(t)
     assert isinstance(handle, torch.Tensor)        # exact torch semantics for NaN/Inf
     mx, mn, mean, norm = handle.tolist()
     torch_ref = [t.max().item(), t.min().item(), t.mean().item(), t.norm().item()]
@@ -54,11 +54,24 @@ def test_nonfinite_values_take_the_framework_path(bad):
 
 def test_non_contiguous_and_empty_tensors():
     base = torch.randn(64, 33)
-    view = base.t()                                # not contiguous: framework path, same values
-    handle = TorchAdapter()._compute(view)
-    assert isinstance(handle, torch.Tensor)
-    assert handle.tolist()[:2] == [view.max().item(), view.min().item()]
+    view = base.t()                                # not contiguous: copied, then the native pass
+    row = TorchAdapter().stats(view)
+    assert isinstance(row, list)
+    assert row[:2] == [view.max().item(), view.min().item()]
     assert TorchAdapter().stats(torch.empty(0)) is None
+
+
+def test_a_view_reuses_its_base_statistics_until_either_changes():
+    adapter = TorchAdapter()
+    base = torch.randn(8, 16)
+    first = adapter.stats(base)
+    view = base.view(16, 8)
+    assert adapter.stats(view) is first              # same elements, other shape: computed once
+    view.mul_(2.0)                                   # the shared version counter moves
+    again = adapter.stats(base)
+    assert again is not first and again[0] == pytest.approx(2 * first[0])
+    other = torch.randn(8, 16)                       # another tensor: its own statistics
+    assert adapter.stats(other) is not adapter.stats(base)
 
 
 def test_crc32_matches_zlib():

@@ -1,5 +1,7 @@
-"""Native kernels: one-pass tensor statistics over host memory (plain C, loaded with ctypes),
-and the fastest CRC-32 available (ISA-L's through the ``isal`` package, else zlib's; same values).
+"""Native kernels (plain C, loaded with ctypes; the GIL is released while they run):
+one-pass tensor statistics over host memory, all compare metrics of a golden/target pair in
+one pass, and the fastest CRC-32 available (ISA-L's through the ``isal`` package, else zlib's;
+same values).
 
 ``stats(address, numel, dtype_code)`` returns ``[max, min, sum, sum_of_squares]`` of a
 contiguous host buffer, or None when a NaN/Inf was met (the caller then takes its framework's
@@ -11,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from . import build as _build
 
@@ -20,7 +22,7 @@ try:        # ISA-L: ~4x zlib's CRC-32 on this hardware; zlib-compatible polynom
 except ImportError:      # pragma: no cover - optional dependency
     from zlib import crc32 as _crc32
 
-# dtype codes understood by stats.c
+# dtype codes understood by stats.c (compare.c takes F32 and F64)
 F32, F64, F16, BF16, I8, U8, I16, I32, I64, BOOL = range(10)
 
 _lock = threading.Lock()
@@ -37,14 +39,19 @@ def _load() -> Optional[ctypes.CDLL]:
         if os.environ.get("TSPROBE_NATIVE", "1") == "0":
             return None
         paths = [os.path.join(d, _build.LIB_NAME) for d in _build.library_dirs()]
-        path = next((p for p in paths if os.path.isfile(p) and os.path.getmtime(p) >= os.path.getmtime(_build.SOURCE)),
-                    None) or _build.build()
+        newest = max(os.path.getmtime(src) for src in _build.SOURCES)
+        path = next((p for p in paths if os.path.isfile(p) and os.path.getmtime(p) >= newest), None) \
+            or _build.build()
         if path is None:
             return None
         try:
             lib = ctypes.CDLL(path)
             lib.tsp_stats.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p]
             lib.tsp_stats.restype = ctypes.c_int
+            lib.tsp_compare.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64,
+                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_double, ctypes.c_double,
+                                        ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+            lib.tsp_compare.restype = ctypes.c_int
             if lib.tsp_abi_version() != _build.ABI:
                 return None
         except (OSError, AttributeError):
@@ -80,3 +87,19 @@ class Stats:
 def crc32_hex(buffer) -> str:
     """The ``md5`` field of a tensor summary: CRC-32 of the raw bytes as 8 hex digits."""
     return f"{_crc32(buffer) & 0xFFFFFFFF:08x}"
+
+
+def compare_range(golden_addr: int, golden_code: int, target_addr: int, target_code: int, begin: int, end: int,
+                  chunk: int, rtol: float, atol: float, equal_nan: bool) -> Optional[Tuple[List[float], List[int]]]:
+    """Metrics accumulators of elements [begin, end) of two float32/float64 buffers:
+    (sums, counts) as laid out in compare.c, or None when the kernel is unavailable."""
+    lib = _load()
+    if lib is None:
+        return None
+    sums = (ctypes.c_double * 10)()
+    counts = (ctypes.c_int64 * 11)()
+    counts[10] = -1
+    if lib.tsp_compare(golden_addr, golden_code, target_addr, target_code, begin, end, chunk, rtol, atol,
+                       int(bool(equal_nan)), ctypes.addressof(sums), ctypes.addressof(counts)) != 0:
+        return None
+    return list(sums), list(counts)

@@ -1,4 +1,4 @@
-"""Build the native statistics kernel (stats.c) into a shared library next to this file.
+"""Build the native kernels (stats.c, compare.c) into one shared library next to this file.
 
 Run at install time by ``make`` (``python -m ts_core.native``); ``ts_core.native.load``
 also builds it on first use when a C compiler is present. Without a compiler (or with
@@ -16,8 +16,8 @@ import tempfile
 from typing import List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.join(HERE, "stats.c")
-ABI = 1
+SOURCES = [os.path.join(HERE, name) for name in ("stats.c", "compare.c")]
+ABI = 2
 LIB_NAME = f"libtsprobe_native_v{ABI}.so"
 _FLAG_SETS = (["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno"],
               ["-O3", "-fopenmp-simd", "-fno-math-errno"])
@@ -37,7 +37,7 @@ def compiler() -> Optional[str]:
 
 
 def build(verbose: bool = False) -> Optional[str]:
-    """Compile stats.c; returns the library path, or None when no folder or compiler works."""
+    """Compile the kernels; returns the library path, or None when no folder or compiler works."""
     cc = compiler()
     if cc is None:
         return None
@@ -50,7 +50,7 @@ def build(verbose: bool = False) -> Optional[str]:
         for flags in _FLAG_SETS:
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
             os.close(fd)
-            cmd = [cc, *flags, "-shared", "-fPIC", "-o", tmp, SOURCE]
+            cmd = [cc, *flags, "-shared", "-fPIC", "-o", tmp, *SOURCES]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode == 0:
                 os.replace(tmp, target)          # atomic: concurrent builders never see half a file

@@ -3,7 +3,7 @@
 Backends call ``begin`` when a call starts, ``forward_inputs`` before it runs (so in-place ops
 cannot change what is recorded), ``forward_outputs`` after it, and ``backward`` when its
 gradients arrive. Records wait in memory only until their statistics are resolved, which
-happens in one batch every ``FLUSH_RECORDS`` tensors or ``FLUSH_SECONDS``.
+happens in one batch every ``FLUSH_RECORDS`` records or ``FLUSH_SECONDS``.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from .diffdump import DiffDump, Held
 from .stack import StackRecorder
 from .summary import Summarizer, TensorAdapter
 
-FLUSH_RECORDS = 512
+FLUSH_RECORDS = 512     # records waiting in memory before they go to the journal
 FLUSH_SECONDS = 0.5     # a record reaches the journal at most ~this long after it was collected
 # async_dump: nothing is flushed inside the step unless what waits for the step end passes one of
 # these bounds (then one early flush, and a warning once): device copies of tensors for files and
@@ -95,6 +95,7 @@ class Collector:
                             raise_on_error=self.cfg.on_write_error == "raise", warned=self._write_warned)
         if self._idle_flusher is None and not self.cfg.async_dump:
             self._idle_flusher = _IdleFlusher(self)
+        self.summ.reset()
         self.summ.save_tensor = self.dump.save_tensor if files else None
         self.summ.link_tensor = self.dump.link_tensor if files else None
         if self.diff is not None:
@@ -253,7 +254,7 @@ class Collector:
     def _flush_due(self) -> bool:
         summ = self.summ
         if not self.cfg.async_dump:
-            return summ.n_pending >= FLUSH_RECORDS or time.monotonic() - self._last_flush > FLUSH_SECONDS
+            return len(self._pending) >= FLUSH_RECORDS or time.monotonic() - self._last_flush > FLUSH_SECONDS
         if summ.deferred_bytes <= ASYNC_MAX_BYTES and summ.n_pending <= ASYNC_MAX_PENDING:
             return False
         if not self._async_warned:

@@ -17,6 +17,9 @@ class TensorAdapter(Protocol):
 
     framework: str
 
+    def reset(self) -> None:
+        """A new step: forget per-step caches (statistics of tensors seen unchanged)."""
+
     def is_tensor(self, value: Any) -> bool: ...
 
     def meta(self, tensor: Any) -> dict:
@@ -65,7 +68,8 @@ _PLAIN = (bool, int, float, str)
 
 
 class _Seen:
-    """A tensor met earlier in this flush window, unchanged: what was already made of it."""
+    """A tensor met earlier in this step folder (with async_dump: this flush window),
+    unchanged: what was already made of it."""
 
     __slots__ = ("ref", "crc", "file", "copy")
 
@@ -95,7 +99,7 @@ class Summarizer:
         self.pending_xor: List[Tuple[dict, Any]] = []       # xor checksums: (summary, handle)
         self.deferred: List[list] = []       # defer: [summary, device copy, file's value name or None, crc?]
         self.deferred_bytes = 0
-        self._seen: dict = {}                # content key -> _Seen, one flush window
+        self._seen: dict = {}                # content key -> _Seen: one step folder (defer: one flush)
 
     @property
     def n_pending(self) -> int:
@@ -140,9 +144,16 @@ class Summarizer:
                 self.pending_xor.append((out, handle))
         else:
             handle = ad.stats(t)
-            out.update(Max=None, Min=None, Mean=None, Norm=None)
-            if handle is not None:
-                self.pending.append((out, handle, out["dtype"]))   # filled by resolve()
+            if type(handle) is list:            # already on the host (native kernel): filled now
+                dtype = out["dtype"]
+                out["Max"] = _typed(handle[0], dtype, "Max")
+                out["Min"] = _typed(handle[1], dtype, "Min")
+                out["Mean"] = handle[2]
+                out["Norm"] = handle[3]
+            else:
+                out["Max"] = out["Min"] = out["Mean"] = out["Norm"] = None
+                if handle is not None:
+                    self.pending.append((out, handle, out["dtype"]))   # filled by resolve()
         out["requires_grad"] = ad.requires_grad(t)
         save = files and self.save_tensor is not None
         if self.summary_mode == "md5" or save:
@@ -150,8 +161,10 @@ class Summarizer:
         return out
 
     def _content(self, t: Any, name: str, out: dict, save: bool) -> None:
-        """CRC and tensor file. A tensor seen unchanged earlier in this flush window (one call's
-        output is the next call's input) reuses its CRC, and its file is linked, not rewritten."""
+        """CRC and tensor file. A tensor seen unchanged earlier in this step (one call's output is
+        the next call's input; a weight used forward and again by the optimizer) reuses its CRC,
+        and its file is linked, not rewritten. With async_dump the device copy is shared instead,
+        within one flush window (the copies are released at ``resolve``)."""
         ad = self.adapter
         key_of = getattr(ad, "content_key", None)
         key = key_of(t) if key_of is not None else None
@@ -189,10 +202,16 @@ class Summarizer:
         self.deferred.append([out, copy, name if save else None, self.summary_mode == "md5"])
         return copy
 
+    def reset(self) -> None:
+        """A new step folder: nothing seen yet (links never cross folders)."""
+        self._seen.clear()
+        self.adapter.reset()
+
     def resolve(self) -> None:
         """Fill every pending value: statistics and checksums in one host transfer each, then the
         deferred CRCs and tensor files (one host copy per device copy)."""
-        self._seen.clear()
+        if self.defer:
+            self._seen.clear()         # its entries hold device copies: bounded by one flush window
         n = len(self.pending)          # entries appended meanwhile (another thread) stay queued
         if n:
             pending = self.pending[:n]
@@ -235,13 +254,19 @@ def _plain(v: Any) -> Any:
     return v if v is None or isinstance(v, _PLAIN) else str(v)
 
 
+_KINDS: dict = {}
+
+
 def _typed(v: Optional[float], dtype: str, field: str) -> Any:
     """Integer/bool tensors keep integer/bool Max and Min, as msprobe writes them."""
     if v is None or v != v or field in ("Mean", "Norm"):
         return v
-    dtype = dtype.lower()           # torch.int64, MindSpore Int32
-    if "bool" in dtype:
+    kind = _KINDS.get(dtype)
+    if kind is None:
+        low = dtype.lower()             # torch.int64, MindSpore Int32
+        kind = _KINDS[dtype] = "bool" if "bool" in low else "int" if "int" in low else "float"
+    if kind == "bool":
         return bool(v)
-    if "int" in dtype and abs(v) < 2**53:
+    if kind == "int" and abs(v) < 2**53:
         return int(v)
     return v

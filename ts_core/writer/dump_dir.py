@@ -72,18 +72,18 @@ class DumpDir:
         self.construct[key] = parent
         self._dirty = True
         if self._journal is not None:
-            self._journal.append({"t": "construct", "k": key, "v": parent})
+            self._journal.append_construct(key, parent)
 
     def add_stack(self, key: str, stack_id: int, frames: List[str]) -> None:
         entry = self.stacks.get(stack_id)
         if entry is None:
             entry = self.stacks[stack_id] = ([], frames)
             if self._journal is not None:
-                self._journal.append({"t": "stackdef", "k": stack_id, "v": frames})
+                self._journal.append_stackdef(stack_id, frames)
         entry[0].append(key)
         self._dirty = True
         if self._journal is not None:
-            self._journal.append({"t": "stack", "k": key, "v": stack_id})
+            self._journal.append_stack(key, stack_id)
 
     def save_tensor(self, value_name: str, snapshot: Any) -> str:
         """Queue the tensor file of one value (``KEY.input.0``); returns its file name, which

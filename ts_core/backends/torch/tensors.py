@@ -30,16 +30,25 @@ class TorchAdapter:
     framework = "pytorch"
 
     def __init__(self) -> None:
-        # (id, version) -> (weakref, handle): a tensor that is one call's output and the next
-        # call's input has its statistics computed once per flush window.
-        self._recent: Dict[int, Tuple[Any, int, Any]] = {}
+        # Statistics computed once per step for the same elements: keyed by (address, numel,
+        # dtype, device) for contiguous tensors -- so a view or reshape of a summarised tensor
+        # (same elements, other shape) reuses its statistics -- else by id. Each entry holds a
+        # weak reference to the tensor it was computed for and the version it had: while that
+        # tensor lives, the memory is its storage, and the shared version counter tells any
+        # in-place change (views share it).
+        self._recent: Dict[Any, Tuple[Any, int, Any]] = {}
         self._native = native.Stats() if native.available() else None
+        self._dtype_names: Dict[torch.dtype, str] = {}
 
     def is_tensor(self, value: Any) -> bool:
         return isinstance(value, torch.Tensor)
 
     def meta(self, t: torch.Tensor) -> dict:
-        return {"type": "torch.Tensor", "dtype": str(t.dtype), "shape": list(t.shape)}
+        dtype = t.dtype
+        name = self._dtype_names.get(dtype)
+        if name is None:
+            name = self._dtype_names[dtype] = str(dtype)
+        return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape)}
 
     def requires_grad(self, t: torch.Tensor) -> bool:
         return t.requires_grad
@@ -51,22 +60,30 @@ class TorchAdapter:
         """[max, min, mean, norm]: a host row (native kernel) or one small tensor on t's device
         (float32, or float64 for float64/integer input so integer extremes stay exact). No
         host sync for device tensors."""
-        if t.numel() == 0 or t.is_meta:
+        n = t.numel()
+        if n == 0 or t.is_meta:
             return None
         if t.is_inference():    # no version counter (torch.inference_mode, vLLM): no reuse
-            return self._compute(t)
-        hit = self._recent.get(id(t))
-        if hit is not None and hit[0]() is t and hit[1] == t._version:
-            return hit[2]
-        handle = self._compute(t)
-        self._recent[id(t)] = (weakref.ref(t), t._version, handle)
+            return self._compute(t, n, True)
+        contiguous = t.is_contiguous()
+        key = (t.data_ptr(), n, t.dtype, t.is_cpu) if contiguous else id(t)
+        version = t._version
+        hit = self._recent.get(key)
+        if hit is not None and hit[1] == version:
+            owner = hit[0]()
+            if owner is t or (owner is not None and contiguous and owner._version == version):
+                return hit[2]
+        handle = self._compute(t, n, contiguous)
+        self._recent[key] = (weakref.ref(t), version, handle)
         return handle
 
-    def _compute(self, t: torch.Tensor) -> Any:
-        if self._native is not None and t.device.type == "cpu" and t.is_contiguous():
+    def _compute(self, t: torch.Tensor, n: int, contiguous: bool) -> Any:
+        if self._native is not None and t.is_cpu:
             code = _NATIVE_CODES.get(t.dtype)
             if code is not None:
-                n = t.numel()
+                if not contiguous:               # one copy, then one pass: cheaper than 3 passes
+                    with torch.no_grad():
+                        t = t.contiguous()
                 row = self._native(t.data_ptr(), n, code)
                 if row is not None:          # NaN/Inf: the framework path propagates them exactly
                     row[2] /= n
@@ -77,8 +94,10 @@ class TorchAdapter:
 
     def stats_to_host(self, handles: List[Any]) -> List[List[Optional[float]]]:
         with internal():     # may run on the idle-flush thread, where wrapped APIs would record
-            self._recent.clear()
             return self._stats_to_host(handles)
+
+    def reset(self) -> None:
+        self._recent.clear()
 
     @staticmethod
     def _stats_to_host(handles: List[Any]) -> List[List[Optional[float]]]:
