@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, List, Mapping, Optional
 
 from .errors import ConfigError
+from .monitor.options import MonitorConfig, parse_monitor
 
 TASKS = ("statistics", "tensor", "structure")
 LEVELS = ("L0", "L1", "mix", "debug")
@@ -26,7 +27,7 @@ _TOLERATED_TOP = {"enable_dataloader", "precision", "acl_config", "is_dump_compi
                   "exception_dump", "acc_check", "nan_check", "diff_check", "risk_level"}
 _TOP = {"task", "dump_path", "rank", "step", "level", "seed", "is_deterministic", "async_dump",
         "statistics", "tensor", "structure", "stack", "on_write_error", "framework", "dump_eval",
-        "dump_enable"}
+        "dump_enable", "fingerprint", "monitor"}
 _SECTION = {"scope", "list", "data_mode", "summary_mode", "file_format", "online_run_ut",
             "nfs_path", "host", "port", "tls_path", "bench_path", "online_run_ut_recompute",
             "tensor_list", "diff_nums"}
@@ -64,6 +65,8 @@ class DebuggerConfig:
     tensor_list: List[str] = field(default_factory=lambda: [])   # statistics task: also save these calls' tensors
     bench_path: str = ""                               # tensor task: diff-only dump against this md5 dump
     diff_nums: int = 1                                 # with bench_path: records saved at most (-1: all)
+    fingerprint: bool = True                           # fingerprint.json per step folder (config-check)
+    monitor: Optional[MonitorConfig] = None            # monitor mode (ts_core/monitor); None: off
 
     def wants(self, direction: str, part: str) -> bool:
         """Does data_mode keep `part` ('input'/'output') of a `direction` ('forward'/'backward') record?"""
@@ -75,7 +78,9 @@ class DebuggerConfig:
         return dir_ok and part_ok
 
     def collects_step(self, step: int) -> bool:
-        return not self.step or step in self.step
+        """Is `step` dumped regardless of anomalies? An empty `step` means every step, or none in
+        monitor mode (the monitor then decides which steps reach disk)."""
+        return (not self.step and self.monitor is None) or step in self.step
 
     def collects_rank(self, rank: Optional[int]) -> bool:
         return not self.rank or (rank or 0) in self.rank
@@ -241,11 +246,11 @@ def validate(flat: Mapping[str, Any]) -> DebuggerConfig:
     if "seed" in v and (isinstance(v["seed"], bool) or not isinstance(v["seed"], int)
                         or not 0 <= v["seed"] < 2**32):
         raise ConfigError("seed", v["seed"], "use an int in [0, 2**32)")
-    for name in ("is_deterministic", "async_dump", "stack", "dump_eval"):
+    for name in ("is_deterministic", "async_dump", "stack", "dump_eval", "fingerprint"):
         if name in v:
             _bool(name, v[name])
     if "framework" in v:
-        _choice("framework", v["framework"], ("", "pytorch", "mindspore"))
+        _choice("framework", v["framework"], ("", "pytorch", "mindspore", "mindtorch"))
     if "on_write_error" in v:
         _choice("on_write_error", v["on_write_error"], ("warn", "raise"))
     if "scope" in v:
@@ -282,6 +287,8 @@ def validate(flat: Mapping[str, Any]) -> DebuggerConfig:
                                               "or -1 (no limit)")
     if "bench_path" in v:
         _check_bench_path(v)
+    if "monitor" in v:
+        v["monitor"] = parse_monitor(v["monitor"])
     cfg = replace(cfg, **v)
     return _check_combinations(cfg, explicit_summary="summary_mode" in v)
 

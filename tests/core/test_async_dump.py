@@ -3,6 +3,7 @@ inside the step; everything reaches disk at stop(); what waits is bounded."""
 import json
 import os
 import time
+import zlib
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import torch
 
 from ts_core import PrecisionDebugger, native
 from ts_core.backends.torch.tensors import TorchAdapter
-from ts_core.dumpfmt import JOURNAL
+from ts_core.dumpfmt import FINGERPRINT_JSON, JOURNAL, read_fingerprint
 from ts_core.record import collector as collector_mod
 
 from ..conftest import load_dump
@@ -116,3 +117,33 @@ def test_in_place_ops_after_the_call_do_not_reach_the_deferred_copy(dump_root):
         arr = np.load(os.path.join(rank, "dump_tensor_data", summary["data_name"]))
         np.testing.assert_array_equal(arr, np.arange(6.0, dtype=np.float32))
         assert summary["Max"] == 5.0
+
+
+def _crc_hex(t):
+    return format(zlib.crc32(t.detach().contiguous().numpy().tobytes()), "08x")
+
+
+@pytest.mark.parametrize("native_on", [True, False])
+def test_fingerprint_waits_for_stop_and_is_of_the_weights_the_step_began_with(tmp_path, monkeypatch, native_on):
+    # the fingerprint (on by default) fetches, CRCs and writes at stop(), yet records the weights
+    # as start() saw them although the optimizer changed them before stop()
+    if not native_on:
+        monkeypatch.setattr(native, "available", lambda: False)
+    model, x = make("cnn")
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), level="mix", step=[0], async_dump=True)
+    dbg.start(model)
+    rank = dbg.open_dump_dir
+    model(x).pow(2).mean().backward()
+    opt.step()
+    assert not os.path.exists(os.path.join(rank, FINGERPRINT_JSON))     # nothing written inside the step
+    dbg.stop()
+    doc = read_fingerprint(rank)
+    dbg.close()
+    assert any(not torch.equal(before[n], p) for n, p in model.named_parameters())
+    for n, t in before.items():
+        w = doc["weights"][n]
+        assert w["crc32"] == _crc_hex(t)
+        assert w["Max"] == pytest.approx(t.max().item()) and w["Norm"] == pytest.approx(t.norm().item(), rel=1e-6)
+    assert doc["data"]["args.0"]["crc32"] == _crc_hex(x)

@@ -74,6 +74,25 @@ def test_a_view_reuses_its_base_statistics_until_either_changes():
     assert adapter.stats(other) is not adapter.stats(base)
 
 
+def _zlib_crc(t: torch.Tensor) -> str:
+    return f"{zlib.crc32(t.detach().contiguous().numpy().tobytes()) & 0xFFFFFFFF:08x}"
+
+
+def test_tensor_crc_is_zlib_of_its_bytes_and_follows_in_place_changes():
+    adapter = TorchAdapter()
+    base = torch.randn(8, 16)
+    assert adapter.crc32(base) == _zlib_crc(base)
+    view = base.view(16, 8)
+    assert adapter.crc32(view) == _zlib_crc(base)       # same bytes
+    view.add_(1.0)                                       # in place through the view
+    assert adapter.crc32(base) == _zlib_crc(base) != adapter.crc32(torch.zeros(1))
+    cols = base.t()                                      # non-contiguous: its row-major bytes
+    assert adapter.crc32(cols) == _zlib_crc(cols.contiguous())
+    half = torch.randn(33).to(torch.bfloat16)
+    assert adapter.crc32(half) == f"{zlib.crc32(half.view(torch.int16).numpy().tobytes()) & 0xFFFFFFFF:08x}"
+    assert adapter.crc32(torch.empty(0)) == "00000000"
+
+
 def test_crc32_matches_zlib():
     data = np.random.default_rng(0).standard_normal(12345).astype(np.float32).view(np.uint8)
     assert native.crc32_hex(data) == f"{zlib.crc32(data) & 0xFFFFFFFF:08x}"

@@ -68,3 +68,28 @@ def test_construct_json_matches_msprobe(tmp_path):
             assert key == "Functional.linear.0.backward" and ours[key] == "Module.fc1.Linear.backward.0"
         else:
             assert ours[key] == parent, key
+
+
+def test_structure_fingerprint_has_dtypes_and_shapes_and_does_no_tensor_work(dump_root, monkeypatch):
+    from ts_core.backends.torch.tensors import TorchAdapter
+    from ts_core.dumpfmt import read_fingerprint
+
+    calls = []
+    for name in ("stats", "crc32", "stats_to_host", "xor_checksum"):
+        real = getattr(TorchAdapter, name)
+
+        def counted(self, *a, _real=real, _name=name, **kw):
+            calls.append(_name)
+            return _real(self, *a, **kw)
+        monkeypatch.setattr(TorchAdapter, name, counted)
+    model, x = make("mlp")
+    dbg = PrecisionDebugger(dump_path=dump_root, step=[0], task="structure", level="mix")
+    dbg.start(model)
+    model(x).pow(2).mean().backward()
+    dbg.stop()
+    dbg.close()
+    doc = read_fingerprint(os.path.join(dump_root, "step0", "rank"))
+    assert calls == []
+    assert doc["weights"] == {n: {"dtype": "torch.float32", "shape": list(p.shape)}
+                              for n, p in model.named_parameters()}
+    assert doc["data"] == {"args.0": {"dtype": "torch.float32", "shape": [5, 6]}}

@@ -96,7 +96,7 @@ class Backend(abc.ABC):
     def watch_iterations(self, model: Any, on_begin: Callable[[], None], on_end: Callable[[], None]) -> None:
         """Call on_begin/on_end around every forward of the root model (token ranges)."""
         self.hooks.handles.append(model.register_forward_pre_hook(lambda m, a: on_begin()))
-        self.hooks.handles.append(model.register_forward_hook(lambda m, a, o: on_end(), always_call=True))
+        self.hooks.handles.append(self._forward_hook_impl(model, lambda m, a, o: on_end(), with_kwargs=False))
 
     def new_step(self) -> None:
         self.hooks.reset()
@@ -144,8 +144,8 @@ class Backend(abc.ABC):
         handles = self.module_dumps.handles
         handles.append(module.register_forward_pre_hook(
             functools.partial(self._gated_pre, gate, self.module_dumps, base), with_kwargs=True))
-        handles.append(module.register_forward_hook(
-            functools.partial(self._post, self.module_dumps, base), with_kwargs=True, always_call=True))
+        handles.append(self._forward_hook_impl(
+            module, functools.partial(self._post, self.module_dumps, base), with_kwargs=True))
 
     def close(self) -> None:
         """Restore every patched function and remove every hook."""
@@ -227,8 +227,8 @@ class Backend(abc.ABC):
             base = f"{self.module_prefix}.{name}.{type(module).__name__}"
             handles.append(module.register_forward_pre_hook(
                 functools.partial(self._gated_pre, self.switch, self.hooks, base), with_kwargs=True))
-            handles.append(module.register_forward_hook(
-                functools.partial(self._post, self.hooks, base), with_kwargs=True, always_call=True))
+            handles.append(self._forward_hook_impl(module, functools.partial(self._post, self.hooks, base),
+                                                   with_kwargs=True))
             for pname, param in self._own_parameters_impl(module).items():
                 if getattr(param, "requires_grad", False):
                     handle = self._hook_param_impl(base, pname, param)
@@ -347,6 +347,22 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def _rank_impl(self) -> Optional[int]:
         """See ``rank``."""
+
+    def _forward_hook_impl(self, module: Any, hook: Callable, with_kwargs: bool) -> Any:
+        """Register `hook` to run after every forward of `module`, also when the forward raises
+        (``always_call``), so a failed call never leaves its record open; returns the handle."""
+        return module.register_forward_hook(hook, with_kwargs=with_kwargs, always_call=True)
+
+    def _param_grad_hook_impl(self, param: Any, callback: Callable[[Any], None]) -> Any:
+        """Monitor mode: have `callback(grad)` see each gradient of `param` (unchanged); returns
+        the hook's removable handle, or None when nothing was hooked."""
+        return None
+
+    def _grad_hook_impl(self, tensor: Any, callback: Callable[[Any], None]) -> bool:
+        """Monitor mode: have `callback(grad)` see the gradient of `tensor` (`callback` returns
+        None, so the gradient is unchanged); False when the tensor cannot get one."""
+        tensor.register_hook(callback)
+        return True
 
     def _check_runtime_impl(self) -> None:
         """Before installing: warn about a framework mode in which hooks cannot run."""

@@ -97,6 +97,8 @@ class DumpDir:
         """A second name for a tensor file already queued (same data): a hard link, written in
         queue order after the original, so no bytes are copied or stored twice."""
         file_name = tensor_file_name(value_name)
+        if file_name == existing:           # the same value again (a tied weight's gradient)
+            return file_name
         if self._tensors is not None and not self.incomplete:
             self._tensors.submit_link(os.path.join(self.tensor_dir, existing),
                                       os.path.join(self.tensor_dir, file_name))

@@ -76,8 +76,21 @@ class MindSporeBackend(Backend):
             return None
         return param.register_hook(functools.partial(self._on_param_grad, base, pname))
 
+    def _param_grad_hook_impl(self, param: Any, callback) -> Any:
+        def hook(grad: Any) -> None:
+            callback(grad)
+            return None             # a Parameter hook's return value would replace the gradient
+        return param.register_hook(hook)
+
+    def _grad_hook_impl(self, tensor: Any, callback) -> bool:
+        try:
+            tensor.register_hook(callback)
+        except RuntimeError:      # "requires grad is false": not in the autodiff graph
+            return False
+        return True
+
     def _accumulated_grad_impl(self, param: Any) -> None:
-        return None      # never reached: no parameter is watched for re-reading (see the module doc)
+        return None      # a Parameter keeps no accumulated gradient: what the hooks saw stands
 
     def _grad_recording_impl(self) -> bool:
         return grad_recording()

@@ -8,6 +8,7 @@ to the host in one ``torch.stack(...).tolist()`` per device and dtype per flush,
 never syncs per tensor."""
 from __future__ import annotations
 
+import ctypes
 import math
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
@@ -36,7 +37,8 @@ class TorchAdapter:
         # weak reference to the tensor it was computed for and the version it had: while that
         # tensor lives, the memory is its storage, and the shared version counter tells any
         # in-place change (views share it).
-        self._recent: Dict[Any, Tuple[Any, int, Any]] = {}
+        self._recent: Dict[Any, Tuple[Any, int, Any]] = {}     # statistics reuse within a step
+        self._crcs: Dict[Any, Tuple[Any, int, Any]] = {}       # CRC-32 reuse within a step
         self._native = native.Stats() if native.available() else None
         self._dtype_names: Dict[torch.dtype, str] = {}
 
@@ -63,19 +65,26 @@ class TorchAdapter:
         n = t.numel()
         if n == 0 or t.is_meta:
             return None
+        return self._reuse(self._recent, t, n, self._compute)
+
+    @staticmethod
+    def _reuse(cache: dict, t: torch.Tensor, n: int, compute: Any) -> Any:
+        """compute(t, n, contiguous), or its result for a tensor over the same bytes seen
+        unchanged earlier in this step (a view of a recorded tensor, the tensor itself): same
+        address, size and dtype, and the version counter (shared by views) not moved since."""
         if t.is_inference():    # no version counter (torch.inference_mode, vLLM): no reuse
-            return self._compute(t, n, True)
+            return compute(t, n, t.is_contiguous())
         contiguous = t.is_contiguous()
         key = (t.data_ptr(), n, t.dtype, t.is_cpu) if contiguous else id(t)
         version = t._version
-        hit = self._recent.get(key)
+        hit = cache.get(key)
         if hit is not None and hit[1] == version:
             owner = hit[0]()
             if owner is t or (owner is not None and contiguous and owner._version == version):
                 return hit[2]
-        handle = self._compute(t, n, contiguous)
-        self._recent[key] = (weakref.ref(t), version, handle)
-        return handle
+        value = compute(t, n, contiguous)
+        cache[key] = (weakref.ref(t), version, value)
+        return value
 
     def _compute(self, t: torch.Tensor, n: int, contiguous: bool) -> Any:
         if self._native is not None and t.is_cpu:
@@ -98,6 +107,7 @@ class TorchAdapter:
 
     def reset(self) -> None:
         self._recent.clear()
+        self._crcs.clear()
 
     @staticmethod
     def _stats_to_host(handles: List[Any]) -> List[List[Optional[float]]]:
@@ -116,7 +126,17 @@ class TorchAdapter:
         return out
 
     def crc32(self, t: torch.Tensor) -> str:
-        raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
+        n = t.numel()
+        if n == 0 or t.is_meta:
+            return native.crc32_hex(b"")
+        return self._reuse(self._crcs, t, n, self._crc32)
+
+    @staticmethod
+    def _crc32(t: torch.Tensor, n: int, contiguous: bool) -> str:
+        if contiguous and t.is_cpu:          # the tensor's own bytes, no torch call
+            return native.crc32_hex((ctypes.c_ubyte * (n * t.element_size())).from_address(t.data_ptr()))
+        with torch.no_grad():
+            raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
         return native.crc32_hex(raw)
 
     def xor_checksum(self, t: torch.Tensor) -> Any:
