@@ -4,7 +4,8 @@ Each mode runs in its own process (modes interleaved over rounds); the figures a
 median *process CPU time* per measured step, since wall time is noisy on shared machines.
 Ratios are against the no-tool run of the same invocation. Next to each tsprobe ratio the
 *floor* of that mode, measured in the same worker: the no-tool step plus one bare pass over
-the distinct bytes the mode summarised (statistics: a torch sum; md5: a CRC-32), or plus the
+the distinct bytes the mode summarised (statistics: a torch sum; md5: a CRC-32; xor: a numpy
+XOR reduction; structure: nothing), or plus the
 time to write the bytes the mode wrote (tensor).
 
     python benchmarks/overhead.py [--steps 10] [--rounds 1] [--tools tsprobe,msprobe]
@@ -25,13 +26,16 @@ import time
 
 import numpy as np
 
-MODES = {           # name: (task, level, summary_mode); None = no tool
+MODES = {           # name: (task, level, summary_mode[, extra top-level keys]); None = no tool
     "no tool": None,
     "not collecting": ("statistics", "L1", "statistics"),
     "statistics L0": ("statistics", "L0", "statistics"),
     "statistics L1": ("statistics", "L1", "statistics"),
     "statistics mix": ("statistics", "mix", "statistics"),
     "md5 L1": ("statistics", "L1", "md5"),
+    "xor L1": ("statistics", "L1", "xor"),
+    "structure mix": ("structure", "mix", None),
+    "async stats mix": ("statistics", "mix", "statistics", {"async_dump": True}),
     "tensor L1": ("tensor", "L1", "statistics"),
 }
 WARMUP = 2
@@ -55,7 +59,7 @@ def _worker(tool: str, mode: str, steps: int, size: str, out: str) -> None:
     dump = tempfile.mkdtemp(prefix="tsbench_")
     debugger = None
     if spec is not None:
-        task, level, summary = spec
+        task, level, summary, *extra = spec
         # "not collecting": hooks installed at step 0 (warm-up), measured steps lie outside
         # the configured ones, so every wrapper takes its fast path.
         collect = [0, FAR_STEP] if mode == "not collecting" else list(range(total))
@@ -63,6 +67,8 @@ def _worker(tool: str, mode: str, steps: int, size: str, out: str) -> None:
                     task: {"scope": [], "list": [], "data_mode": ["all"]}}
         if task == "statistics":
             cfg_json[task]["summary_mode"] = summary
+        for more in extra:
+            cfg_json.update(more)
         path = os.path.join(dump, "config.json")
         with open(path, "w") as f:
             json.dump(cfg_json, f)
@@ -135,7 +141,7 @@ def _summarised_bytes(dump: str) -> int:
 def _floor(dump: str, spec: tuple, written_per_step: float) -> float:
     """CPU seconds the mode cannot avoid per step (see the module docstring)."""
     import torch
-    task, _, summary = spec
+    task, _, summary, *_ = spec
     if task == "tensor":
         buf = np.zeros(int(written_per_step), np.uint8) + 1
         t0 = time.process_time()
@@ -146,6 +152,8 @@ def _floor(dump: str, spec: tuple, written_per_step: float) -> float:
     t0 = time.process_time()
     if summary == "md5":
         _crc(buf.numpy())
+    elif summary == "xor":
+        np.bitwise_xor.reduce(buf.numpy().view(np.uint32))
     else:
         buf.sum()
     return time.process_time() - t0

@@ -35,3 +35,15 @@ def dump_root(tmp_path):
 @pytest.fixture(autouse=True)
 def _quiet(monkeypatch):
     monkeypatch.setenv("TSPROBE_QUIET", "1")
+
+
+def tensor_summaries(obj, tensor_type: str = "torch.Tensor"):
+    """Every tensor summary in a record (or a whole ``data`` mapping), in argument order."""
+    if isinstance(obj, dict) and obj.get("type") == tensor_type:
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from tensor_summaries(v, tensor_type)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from tensor_summaries(v, tensor_type)

@@ -11,7 +11,8 @@ from .debugger import PrecisionDebugger
 from .errors import AnomalyError, ConfigError, DumpWriteError
 
 __all__ = ["PrecisionDebugger", "seed_all", "compare", "compare_npy_dir", "AnomalyError", "ConfigError",
-           "DumpWriteError", "DebuggerConfig", "build_config", "migrator", "save", "save_grad"]
+           "DumpWriteError", "DebuggerConfig", "build_config", "migrator", "save", "save_grad",
+           "module_dump", "module_dump_end"]
 
 
 def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> None:
@@ -30,6 +31,25 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> 
         from .backends.torch.seed import seed_all as _torch_seed_all
 
         _torch_seed_all(seed, mode, rm_dropout)
+
+
+def module_dump(module: Any, dump_name: str) -> None:
+    """msprobe's ``module_dump(module, name)``: the current debugger records only `module`, as
+    one module record, until ``module_dump_end()`` (see ``PrecisionDebugger.module_dump``)."""
+    _current_debugger("module_dump").module_dump(module, dump_name)
+
+
+def module_dump_end() -> None:
+    """msprobe's ``module_dump_end()``: end ``module_dump``."""
+    _current_debugger("module_dump_end").module_dump_end()
+
+
+def _current_debugger(fn: str) -> PrecisionDebugger:
+    dbg = PrecisionDebugger.current()
+    if dbg is None:
+        raise RuntimeError(f"{fn}() needs a PrecisionDebugger: create one first "
+                           "(debugger = PrecisionDebugger(config_path=...))")
+    return dbg
 
 
 def __getattr__(name: str) -> Any:

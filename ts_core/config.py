@@ -15,21 +15,30 @@ from typing import Any, Iterable, List, Mapping, Optional
 from .errors import ConfigError
 from .monitor.options import MonitorConfig, parse_monitor
 
-TASKS = ("statistics", "tensor")
+TASKS = ("statistics", "tensor", "structure")
 LEVELS = ("L0", "L1", "mix", "debug")
 DATA_MODES = ("all", "forward", "backward", "input", "output")
-SUMMARY_MODES = ("statistics", "md5")
+SUMMARY_MODES = ("statistics", "md5", "xor")
+STRUCTURE_LEVELS = ("L0", "mix")     # task "structure" records the hierarchy: modules must be hooked
 
 # msprobe keys we accept for drop-in compatibility but do not act on.
 _TOLERATED_TOP = {"enable_dataloader", "precision", "acl_config", "is_dump_compile",
                   "extra_info", "overflow_check", "free_benchmark", "run_ut", "grad_probe",
-                  "structure", "exception_dump"}
+                  "exception_dump", "acc_check", "nan_check", "diff_check", "risk_level"}
 _TOP = {"task", "dump_path", "rank", "step", "level", "seed", "is_deterministic", "async_dump",
-        "statistics", "tensor", "stack", "on_write_error", "framework", "dump_eval", "fingerprint",
-        "monitor"}
+        "statistics", "tensor", "structure", "stack", "on_write_error", "framework", "dump_eval",
+        "dump_enable", "fingerprint", "monitor"}
 _SECTION = {"scope", "list", "data_mode", "summary_mode", "file_format", "online_run_ut",
-            "nfs_path", "host", "port", "tls_path", "bench_path", "online_run_ut_recompute"}
-_SECTION_OURS = {"scope", "list", "data_mode", "summary_mode", "file_format"}
+            "nfs_path", "host", "port", "tls_path", "bench_path", "online_run_ut_recompute",
+            "tensor_list", "diff_nums"}
+_SECTION_OURS = {"scope", "list", "data_mode", "summary_mode", "file_format", "tensor_list",
+                 "bench_path", "diff_nums"}
+# section keys that mean something in one task's section only: key -> (section, why)
+_SECTION_ONLY = {
+    "tensor_list": ("statistics", "task 'tensor' saves every tensor already; tensor_list belongs to the "
+                                  "statistics section"),
+    "bench_path": ("tensor", "the diff-only dump saves tensors: bench_path belongs to the tensor section"),
+}
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,10 @@ class DebuggerConfig:
     on_write_error: str = "warn"                       # "warn" keeps training alive, "raise" stops it
     framework: str = ""                                # "" = from the model passed to start()
     dump_eval: bool = False                            # integrations: also record evaluation loops
+    dump_enable: Optional[bool] = None                 # None: static; a bool: hot switch (hot_reload.py)
+    tensor_list: List[str] = field(default_factory=lambda: [])   # statistics task: also save these calls' tensors
+    bench_path: str = ""                               # tensor task: diff-only dump against this md5 dump
+    diff_nums: int = 1                                 # with bench_path: records saved at most (-1: all)
     fingerprint: bool = True                           # fingerprint.json per step folder (config-check)
     monitor: Optional[MonitorConfig] = None            # monitor mode (ts_core/monitor); None: off
 
@@ -192,13 +205,15 @@ def _flatten(raw: Mapping[str, Any]) -> dict:
         for key, value in body.items():
             if key not in _SECTION:
                 raise _unknown(f"{section}.{key}", {f"{section}.{k}" for k in _SECTION_OURS})
-            if key not in _SECTION_OURS:
+            if key not in _SECTION_OURS or section != task:
                 continue
-            if key == "summary_mode" and section == "tensor":
-                raise ConfigError("tensor.summary_mode", value,
-                                  "summary_mode belongs to the statistics section")
-            if section == task:
-                flat[key] = value
+            only = _SECTION_ONLY.get(key)
+            if only is not None and only[0] != section:
+                raise ConfigError(f"{section}.{key}", value, only[1])
+            if section == "structure" and key == "summary_mode":
+                raise ConfigError("structure.summary_mode", value,
+                                  "task 'structure' records no values; drop summary_mode")
+            flat[key] = value
     return flat
 
 
@@ -259,15 +274,61 @@ def validate(flat: Mapping[str, Any]) -> DebuggerConfig:
         _choice("summary_mode", v["summary_mode"], SUMMARY_MODES)
     if "file_format" in v:
         _choice("file_format", v.pop("file_format"), ("npy",))
+    if "dump_enable" in v and v["dump_enable"] is not None:
+        _bool("dump_enable", v["dump_enable"])
+    if "tensor_list" in v:
+        v["tensor_list"] = _str_list("tensor_list", v["tensor_list"])
+        if any(not s.strip() for s in v["tensor_list"]):
+            raise ConfigError("tensor_list", v["tensor_list"], "entries must be non-empty")
+    if "diff_nums" in v:
+        n = v["diff_nums"]
+        if isinstance(n, bool) or not isinstance(n, int) or not (n == -1 or n >= 1):
+            raise ConfigError("diff_nums", n, "use a positive int (records whose tensors are saved) "
+                                              "or -1 (no limit)")
+    if "bench_path" in v:
+        _check_bench_path(v)
     if "monitor" in v:
         v["monitor"] = parse_monitor(v["monitor"])
     cfg = replace(cfg, **v)
-    if cfg.task == "tensor" and cfg.summary_mode != "statistics":
-        raise ConfigError("summary_mode", cfg.summary_mode,
-                          "md5 is a statistics-task option; use task 'statistics' with it")
+    return _check_combinations(cfg, explicit_summary="summary_mode" in v)
+
+
+def _check_bench_path(v: dict) -> None:
+    path = v["bench_path"]
+    if not isinstance(path, str):
+        raise ConfigError("bench_path", path, "use the dump_path of an earlier run with summary_mode md5")
+
+
+def check_paths(cfg: DebuggerConfig) -> None:
+    """What must exist when a debugger starts with `cfg` (not when a config file is only read)."""
+    if cfg.bench_path and not os.path.isdir(cfg.bench_path):
+        raise ConfigError("bench_path", cfg.bench_path, "no such folder; give the dump_path of an earlier run "
+                                                        "made with summary_mode md5 (it holds step*/rank*/dump.json)")
+
+
+def _check_combinations(cfg: DebuggerConfig, explicit_summary: bool) -> DebuggerConfig:
+    """Rules between fields, checked once every field is valid on its own."""
     if cfg.scope and cfg.list:
         raise ConfigError("scope", cfg.scope, "set either scope or list, not both")
-    if cfg.async_dump and cfg.task == "tensor" and cfg.level in ("L0", "mix"):
-        warnings.warn("async_dump has no extra effect here: tensor files are always written "
-                      "by a background writer", stacklevel=3)
+    if cfg.task == "structure" and cfg.summary_mode != "statistics":
+        raise ConfigError("summary_mode", cfg.summary_mode, "task 'structure' records no values; drop summary_mode")
+    if cfg.tensor_list and cfg.task != "statistics":
+        raise ConfigError("tensor_list", cfg.tensor_list,
+                          f"tensor_list is a statistics-task option (task is '{cfg.task}')")
+    if cfg.bench_path:
+        if cfg.task != "tensor":
+            raise ConfigError("bench_path", cfg.bench_path,
+                              f"the diff-only dump is a tensor-task option (task is '{cfg.task}')")
+        if cfg.async_dump:
+            raise ConfigError("async_dump", True, "bench_path compares each checksum while the step "
+                                                  "runs; set async_dump false")
+        if cfg.summary_mode == "statistics":
+            if explicit_summary:
+                raise ConfigError("summary_mode", "statistics", "bench_path compares checksums: use "
+                                  "summary_mode md5 (as the bench dump was made) or leave it out")
+            cfg = replace(cfg, summary_mode="md5")
+    if cfg.task == "structure" and cfg.level not in STRUCTURE_LEVELS:
+        warnings.warn(f"tsprobe: task 'structure' records the module hierarchy; level '{cfg.level}' "
+                      "is raised to 'mix' (as msprobe does)", stacklevel=4)
+        cfg = replace(cfg, level="mix")
     return cfg

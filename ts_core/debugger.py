@@ -14,14 +14,16 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+import weakref
 from dataclasses import replace
-from typing import Any, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from .backends import framework_of, load_backend
 from .backends.base import Backend
-from .config import DebuggerConfig, build_config
+from .config import DebuggerConfig, build_config, check_paths
 from .dumpfmt import debug_key
 from .errors import AnomalyError, ConfigError
+from .hot_reload import ConfigWatcher
 from .monitor import Monitor
 from .record.collector import Collector
 
@@ -41,10 +43,17 @@ class PrecisionDebugger:
     def __init__(self, config_path: Optional[str] = None, task: Optional[str] = None,
                  dump_path: Optional[str] = None, level: Optional[str] = None,
                  step: Optional[Sequence[int]] = None, **overrides: Any):
-        self.config: DebuggerConfig = build_config(config_path, task=task, dump_path=dump_path,
-                                                   level=level, step=step, **overrides)
+        overrides.update(task=task, dump_path=dump_path, level=level, step=step)
+        self.config: DebuggerConfig = build_config(config_path, **overrides)
+        check_paths(self.config)
+        # dump_enable in the file: the file is watched at step boundaries (hot_reload.py)
+        self._watcher = ConfigWatcher(config_path, overrides) \
+            if config_path and self.config.dump_enable is not None else None
         self.current_step = 0
         self._switch = _Switch()
+        self._module_dump_switch = _Switch()     # module_dump(): only that module records
+        self._module_dumping = False
+        self._models: List[Any] = []             # weak refs to the last model(s) given to start()
         self._collector: Optional[Collector] = None
         self._backend: Optional[Backend] = None
         self._in_window = False          # between start() and stop()
@@ -66,9 +75,15 @@ class PrecisionDebugger:
         self._check_open()
         if token_range is not None:
             token_range = self._check_token_range(model, token_range)
+        if self._collector is None or self._collector.dump is None:
+            self._poll_config()         # a step boundary: no step folder is open
+        if model is not None:
+            self._remember(model)
+        elif self._backend is None:
+            model = self._remembered()      # the model of before a config reload
         if self._monitor is not None:
             self._monitor.start(self.current_step, model)
-        if not self.config.collects_step(self.current_step):
+        if self.config.dump_enable is False or not self.config.collects_step(self.current_step):
             return
         if self._backend is None:
             self._make_backend(model)
@@ -98,7 +113,7 @@ class PrecisionDebugger:
                                                self._iteration_begin, self._iteration_end)
             self._token_range = token_range
         self._in_window = True
-        self._switch.active = self.config.level != "debug" and self._token_range is None
+        self._set_switches(self.config.level != "debug" and self._token_range is None)
 
     def stop(self) -> None:
         """Stop collecting; everything collected so far is written as complete JSON files."""
@@ -107,9 +122,13 @@ class PrecisionDebugger:
         if self._collector is None or not self._in_window:
             return
         self._in_window = False
-        self._switch.active = False
+        self._set_switches(False)
         self._backend.end_step()
         self._collector.finalize()
+        if self.config.fingerprint and self.config.async_dump:    # its deferred half (collect.py)
+            from .configcheck.collect import on_stop
+
+            on_stop(self)
 
     forward_backward_dump_end = stop
 
@@ -126,6 +145,7 @@ class PrecisionDebugger:
         if capture is not None:
             self._after_capture(capture)
         self.current_step += 1
+        self._poll_config()
         last = self.config.last_step
         if last is not None and self.current_step > last and self._backend is not None \
                 and not self._keep_installed:
@@ -147,6 +167,7 @@ class PrecisionDebugger:
         if self._backend is None:
             self._make_backend(model)
         self._backend.install(model)
+        self._remember(model)
         self._keep_installed = True
 
     def record_param_grads(self) -> None:
@@ -250,7 +271,7 @@ class PrecisionDebugger:
     def set_collecting(self, on: bool) -> None:
         """Switch collection on or off inside the start()/stop() window, e.g. per forward of an
         inference engine whose forwards are not one token each. No effect outside the window."""
-        self._switch.active = bool(on) and self._in_window and self.config.level != "debug"
+        self._set_switches(bool(on) and self._in_window and self.config.level != "debug")
 
     @property
     def open_dump_dir(self) -> Optional[str]:
@@ -283,7 +304,7 @@ class PrecisionDebugger:
         if self.config.level != "debug":
             self._warn_once("save", "debugger.save() records only at level 'debug'; set level: debug.")
             return
-        if not self.config.collects_step(self.current_step):
+        if self.config.dump_enable is False or not self.config.collects_step(self.current_step):
             return
         if self._backend is None:
             self._make_backend(None, variable)
@@ -299,6 +320,27 @@ class PrecisionDebugger:
         col.save_value(debug_key(name, n), variable)
         if save_backward:
             self._backend.save_backward(debug_key(f"{name}_grad", n), variable)
+
+    # -- one module as a whole (msprobe's module_dump) --------------------------------------
+    def module_dump(self, module: Any, dump_name: str) -> None:
+        """Until ``module_dump_end()``, record only `module` itself, as one module record
+        ``Module.{dump_name}.{Class}.forward.{n}`` (and its backward), whatever the level: no
+        API call and no other module is recorded meanwhile, including the ones inside it.
+        Records only between ``start()`` and ``stop()``, like everything else."""
+        self._check_open()
+        if not isinstance(dump_name, str) or not dump_name:
+            raise TypeError(f"module_dump(module, dump_name): dump_name must be a non-empty string, "
+                            f"got {dump_name!r}")
+        if self._backend is None:
+            self._make_backend(module)
+        self._backend.module_dump(module, dump_name, self._module_dump_switch)
+        self._module_dumping = True
+        self._set_switches(False)
+
+    def module_dump_end(self) -> None:
+        """End ``module_dump``: everything the config selects is recorded again."""
+        self._module_dumping = False
+        self._set_switches(self._in_window and self.config.level != "debug" and self._token_range is None)
 
     # -- custom APIs ----------------------------------------------------------------------
     def register_custom_api(self, module: Any, api_name: str, api_prefix: Optional[str] = None) -> None:
@@ -339,13 +381,55 @@ class PrecisionDebugger:
                 print(f"[tsprobe] step {self.current_step} dumped to {self._collector.dump_dirs[-1]}",
                       file=sys.stderr)
 
+    def _set_switches(self, collecting: bool) -> None:
+        """Normal collection on/off; during module_dump only that module's hooks record."""
+        self._switch.active = collecting and not self._module_dumping
+        self._module_dump_switch.active = self._module_dumping and self._in_window
+
+    # -- dump_enable hot switch (hot_reload.py) ----------------------------------------------
+    def _poll_config(self) -> None:
+        """At a step boundary: take up an edited config file (one stat when it is unchanged)."""
+        if self._watcher is None:
+            return
+        new = self._watcher.poll()
+        if new is None:
+            return
+        if isinstance(new, ConfigError):
+            warnings.warn(f"tsprobe: {self._watcher.path} changed but is not valid ({new}); dumping is off "
+                          "until it is fixed", RuntimeWarning, stacklevel=3)
+            new = replace(self.config, dump_enable=False)
+        elif new.dump_enable is None:       # msprobe: deleting dump_enable keeps the current state
+            new = replace(new, dump_enable=self.config.dump_enable)
+        if replace(self.config, dump_enable=new.dump_enable) != new and self._backend is not None:
+            # more than the switch changed: new hooks and collector at the next start()
+            self._close_step()
+            self._backend.close()
+            self._collector.shutdown()
+            self._backend = self._collector = None
+            self._debug_counts.clear()
+            self._token_range = None
+        self.config = new
+
+    def _remember(self, model: Any) -> None:
+        models = model if isinstance(model, (list, tuple)) else [model]
+        try:
+            self._models = [weakref.ref(m) for m in models]
+        except TypeError:
+            self._models = []
+
+    def _remembered(self) -> Any:
+        models = [r() for r in self._models]
+        if not models or any(m is None for m in models):
+            return None
+        return models if len(models) > 1 else models[0]
+
     def _iteration_begin(self) -> None:
         lo, hi = self._token_range
-        self._switch.active = self._in_window and lo <= self._iteration <= hi
+        self._set_switches(self._in_window and lo <= self._iteration <= hi)
 
     def _iteration_end(self) -> None:
         self._iteration += 1
-        self._switch.active = False
+        self._set_switches(False)
 
     def _check_token_range(self, model: Any, token_range: Sequence[int]) -> tuple:
         if model is None:

@@ -7,20 +7,8 @@ import torch
 
 from ts_core import PrecisionDebugger
 
-from ..conftest import load_dump, require
+from ..conftest import load_dump, require, tensor_summaries
 from .models import train_steps
-
-
-def _summaries(obj):
-    if isinstance(obj, dict):
-        if obj.get("type") == "torch.Tensor":
-            yield obj
-        else:
-            for v in obj.values():
-                yield from _summaries(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from _summaries(v)
 
 
 def _check_against_npy(rank_dir):
@@ -28,7 +16,7 @@ def _check_against_npy(rank_dir):
     assert dump["task"] == "tensor" and dump["dump_data_dir"].endswith("dump_tensor_data")
     checked = 0
     for key, rec in dump["data"].items():
-        for s in _summaries(rec):
+        for s in tensor_summaries(rec):
             path = os.path.join(rank_dir, "dump_tensor_data", s["data_name"])
             arr = np.load(path, allow_pickle=False)
             assert list(arr.shape) == s["shape"], key

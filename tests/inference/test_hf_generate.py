@@ -172,3 +172,21 @@ def test_bad_token_range(hf, dump_root):
 def test_split_without_token_map(tmp_path):
     with pytest.raises(FileNotFoundError, match=TOKEN_MAP):
         split_by_request(str(tmp_path), str(tmp_path / "out"))
+
+
+def test_split_of_an_xor_dump_keeps_xor_checksums(hf, tmp_path):
+    """summary_mode xor: each request's cut gets the XOR of its own rows, still no statistics."""
+    tok, model = hf
+    dbg = PrecisionDebugger(task="tensor", level="L0", dump_path=str(tmp_path / "batch"), summary_mode="xor")
+    generate_with_dump(model, dbg, (1, 2), **gen_kwargs(tok))
+    dbg.close()
+    written = split_by_request(str(tmp_path / "batch"), str(tmp_path / "split"))
+    assert len(written) == 4
+    for folder in written:
+        out = load_dump(folder)["data"][HEAD]["output"][0]
+        raw = np.load(os.path.join(folder, "dump_tensor_data", out["data_name"])).tobytes()
+        raw += b"\0" * (-len(raw) % 8)
+        acc = 0
+        for i in range(0, len(raw), 8):
+            acc ^= int.from_bytes(raw[i:i + 8], "little")
+        assert out["md5"] == f"0x{acc:016x}" and "Max" not in out

@@ -8,21 +8,14 @@ import pytest
 
 from ts_core import PrecisionDebugger
 
-from ..conftest import load_dump, require
+from ..conftest import load_dump, require, tensor_summaries
 from .lazy import helpers, mint, ms, ops
 
 pytestmark = require("mindspore")
 
 
 def _summaries(obj):
-    if isinstance(obj, dict) and obj.get("type") == "mindspore.Tensor":
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _summaries(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from _summaries(v)
+    return tensor_summaries(obj, "mindspore.Tensor")
 
 
 def _run_mixed_dtypes():

@@ -46,6 +46,8 @@ class Backend(abc.ABC):
         self.switch = switch
         self.want_backward = bool(collector.want["backward", "input"] or collector.want["backward", "output"])
         self.hooks = HookSet(collector)
+        self.module_dumps = HookSet(collector)       # msprobe's module_dump: one module as a whole
+        self._module_dump_names: Dict[int, str] = {}
         self.apis = self.api_patcher_class(self.run_api, switch)
         self._aliasing = self.apis.aliasing
         self._collective_prefixes = self.apis.collective_prefixes
@@ -124,11 +126,34 @@ class Backend(abc.ABC):
     def restore_custom_api(self, module: Any, api_name: str) -> None:
         self.apis.unregister(module, api_name)
 
+    def module_dump(self, module: Any, dump_name: str, gate: Any) -> None:
+        """Hook `module` itself as ``{prefix}.{dump_name}.{Class}``, recording while
+        ``gate.active`` (the debugger turns every other hook off meanwhile). Idempotent per
+        module and name; a new name replaces the module's old module_dump hooks."""
+        self._check_runtime_impl()
+        if not self._is_model_impl(module):
+            raise TypeError(f"module_dump(module, ...) expects {self.model_type_name}, got {type(module).__name__}")
+        if self._module_dump_names.get(id(module)) == dump_name and module in self.module_dumps.hooked:
+            return
+        if module in self.module_dumps.hooked:
+            self.module_dumps.remove()          # only module_dump hooks live here: re-hook the others
+            self._module_dump_names.clear()
+        self.module_dumps.hooked.add(module)
+        self._module_dump_names[id(module)] = dump_name
+        base = f"{self.module_prefix}.{dump_name}.{type(module).__name__}"
+        handles = self.module_dumps.handles
+        handles.append(module.register_forward_pre_hook(
+            functools.partial(self._gated_pre, gate, self.module_dumps, base), with_kwargs=True))
+        handles.append(self._forward_hook_impl(
+            module, functools.partial(self._post, self.module_dumps, base), with_kwargs=True))
+
     def close(self) -> None:
         """Restore every patched function and remove every hook."""
         self.apis.restore()
         self._close_impl()
         self.hooks.remove()
+        self.module_dumps.remove()
+        self._module_dump_names.clear()
         self._apis_installed = False
 
     # -- debug level --------------------------------------------------------------------------
@@ -201,8 +226,8 @@ class Backend(abc.ABC):
             name = path if index is None else f"{index}.{path}"
             base = f"{self.module_prefix}.{name}.{type(module).__name__}"
             handles.append(module.register_forward_pre_hook(
-                functools.partial(self._module_pre, base), with_kwargs=True))
-            handles.append(self._forward_hook_impl(module, functools.partial(self._module_post, base),
+                functools.partial(self._gated_pre, self.switch, self.hooks, base), with_kwargs=True))
+            handles.append(self._forward_hook_impl(module, functools.partial(self._post, self.hooks, base),
                                                    with_kwargs=True))
             for pname, param in self._own_parameters_impl(module).items():
                 if getattr(param, "requires_grad", False):
@@ -210,10 +235,12 @@ class Backend(abc.ABC):
                     if handle is not None:
                         handles.append(handle)
 
-    def _module_pre(self, base: str, module: Any, args: tuple, kwargs: dict):
-        if not self.switch.active:
+    def _gated_pre(self, gate: Any, hooks: HookSet, base: str, module: Any, args: tuple, kwargs: dict):
+        """A module's forward starts: recorded while `gate` is on (the level's module hooks: the
+        debugger's switch; module_dump: its own), calls in flight kept in `hooks`."""
+        if not gate.active:
             return None
-        stack = self.hooks.calls_in_flight(module)
+        stack = hooks.calls_in_flight(module)
         if DEPTH.value:
             stack.append(None)
             return None
@@ -233,8 +260,8 @@ class Backend(abc.ABC):
             stack.append((call, capture, inplace))
         return (run_args, run_kwargs) if capture is not None and capture.replaces_inputs else None
 
-    def _module_post(self, base: str, module: Any, args: tuple, kwargs: dict, output: Any):
-        entry = self.hooks.finished_call(module)
+    def _post(self, hooks: HookSet, base: str, module: Any, args: tuple, kwargs: dict, output: Any):
+        entry = hooks.finished_call(module)
         if entry is None:
             return None
         call, capture, inplace = entry

@@ -76,7 +76,8 @@ class HookSet:
 
     def store_param_grad(self, base: str, pname: str, grad: Any) -> None:
         """Summarise a parameter's gradient now; the latest one per parameter is recorded."""
-        summary = self.collector.summ.summarize(grad, value_name(params_grad_key(base, 0), pname))
+        key = params_grad_key(base, 0)
+        summary = self.collector.summarize_for(key, grad, value_name(key, pname))
         self.param_grads.setdefault(base, {})[pname] = [summary]     # msprobe: a one-element list
 
     def emit_param_grads(self) -> None:

@@ -5,6 +5,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
+from ..dumpfmt import checksum_kind
 from .crossframework import is_cross, prepare
 from .dataflow import Facts
 from .divergence import find_first_divergence
@@ -145,7 +146,9 @@ def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Opti
         for k in STAT_NAMES:
             setattr(row, f"{k.lower()}_diff", stats.diffs[k])
             setattr(row, f"{k.lower()}_rel_diff", stats.rel_diffs[k])
-    if gl.get("md5") is not None and tl.get("md5") is not None:
+    kind = checksum_kind(gl.get("md5")) or "checksum"     # crc32 (md5 mode) or xor: compared within a kind
+    if gl.get("md5") is not None and tl.get("md5") is not None \
+            and checksum_kind(gl["md5"]) == checksum_kind(tl["md5"]):
         row.md5_equal = str(gl["md5"]) == str(tl["md5"])
 
     if not opts.stats_only and gl.get("data_name") and tl.get("data_name"):
@@ -166,12 +169,12 @@ def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Opti
         verdict, reason = stats_verdict(stats, tol.stat_rtol, tol.atol, _numel(gs))
         row.mode = "statistics"
         if row.md5_equal is True:
-            verdict, reason = PASS, "bitwise equal (crc32)"
+            verdict, reason = PASS, f"bitwise equal ({kind})"
         elif row.md5_equal is False:
-            verdict, reason = worse(verdict, WARNING), f"bitwise different (crc32); {reason}"
+            verdict, reason = worse(verdict, WARNING), f"bitwise different ({kind}); {reason}"
     elif row.md5_equal is not None:
         row.mode = "md5"
-        verdict, reason = (PASS, "bitwise equal (crc32)") if row.md5_equal else (ERROR, "bitwise different (crc32)")
+        verdict, reason = (PASS, f"bitwise equal ({kind})") if row.md5_equal else (ERROR, f"bitwise different ({kind})")
     else:
         verdict, reason = WARNING, "nothing comparable recorded (no data, statistics or md5)"
     row.verdict, row.reason = verdict, "; ".join([reason] + notes)

@@ -9,6 +9,8 @@ when the model's parameters total at most ``CRC_LIMIT`` bytes. At the model's fi
 that step: the same for its inputs (the batch), through a one-shot forward pre-hook (torch: it
 removes itself; MindSpore, which iterates its hook dict while calling them: it goes inert and is
 removed at the next dumped step or ``close()``). Reading only: the model's numbers are untouched.
+With ``async_dump`` the host transfers, CRCs and the write wait for ``stop()`` (``Recorder``);
+with task ``structure`` only dtypes and shapes are recorded (no tensor work).
 """
 from __future__ import annotations
 
@@ -104,22 +106,48 @@ def _named_tensors(model: Any) -> List[tuple]:
     return []
 
 
+class TensorSummary:
+    """dtype, shape and Max/Min/Mean/Norm (+ crc32) of named tensors, in two halves: the
+    constructor asks the device for the statistics (no sync), ``resolve()`` brings them to the
+    host in one batched transfer and makes the CRCs. ``values=False`` (task ``structure``): dtype
+    and shape only, no tensor work. ``defer`` (``async_dump``): ``resolve()`` is left to the
+    caller (at ``stop()``), the CRCs made from copies on the tensors' device taken now."""
+
+    def __init__(self, adapter: Any, named: List[tuple], crc: bool, values: bool = True,
+                 defer: bool = False):
+        self.adapter, self.defer = adapter, defer
+        self.out: Dict[str, Dict[str, Any]] = {}
+        self.handles: List[tuple] = []
+        self.crcs: List[tuple] = []
+        with internal():        # the statistics ops must not be recorded as the model's calls
+            for name, t in named:
+                self.out[name] = dict(adapter.meta(t))
+                self.out[name].pop("type", None)
+                if not values:
+                    continue
+                h = adapter.stats(t)
+                if h is not None:
+                    self.handles.append((name, h))
+                if crc:
+                    self.crcs.append((name, adapter.device_copy(t) if defer else t))
+        if not defer:
+            self.resolve()
+
+    def resolve(self) -> Dict[str, Dict[str, Any]]:
+        ad = self.adapter
+        with internal():
+            if self.handles:
+                for (name, _), row in zip(self.handles, ad.stats_to_host([h for _, h in self.handles])):
+                    self.out[name].update(dict(zip(STAT_FIELDS, row)))
+            for name, t in self.crcs:
+                self.out[name]["crc32"] = ad.crc32(ad.to_host(t) if self.defer else t)
+        self.handles, self.crcs = [], []
+        return self.out
+
+
 def summarize_tensors(adapter: Any, named: List[tuple], crc: bool) -> Dict[str, Dict[str, Any]]:
     """dtype, shape and Max/Min/Mean/Norm of each tensor (one batched transfer), + crc32."""
-    with internal():            # the statistics ops must not be recorded as the model's calls
-        out, handles = {}, []
-        for name, t in named:
-            out[name] = dict(adapter.meta(t))
-            out[name].pop("type", None)
-            h = adapter.stats(t)
-            if h is not None:
-                handles.append((name, h))
-        for (name, _), row in zip(handles, adapter.stats_to_host([h for _, h in handles]) if handles else []):
-            out[name].update(dict(zip(STAT_FIELDS, row)))
-        if crc:
-            for name, t in named:
-                out[name]["crc32"] = adapter.crc32(t)
-    return out
+    return TensorSummary(adapter, named, crc).out
 
 
 def _leaves(value: Any, prefix: str, is_tensor) -> List[tuple]:
@@ -133,7 +161,12 @@ def _leaves(value: Any, prefix: str, is_tensor) -> List[tuple]:
 
 
 class Recorder:
-    """One debugger's fingerprints: one per dumped step/rank folder."""
+    """One debugger's fingerprints: one per dumped step/rank folder.
+
+    ``async_dump``: nothing is fetched, CRC'd or written inside the step; the statistics are
+    asked of the device at once (so they are of the weights as the step began), the CRCs are
+    made from device copies (at most ``CRC_LIMIT`` bytes of weights, and of the batch), and the
+    file is written at ``stop()``. Task ``structure``: dtype and shape only."""
 
     def __init__(self, debugger: Any, adapter: Any):
         self.debugger = weakref.ref(debugger)
@@ -142,12 +175,14 @@ class Recorder:
         self.doc: Dict[str, Any] = {}
         self.hyperparameters: Dict[str, Any] = {}
         self.handle: Any = None
+        self.pending: Dict[str, TensorSummary] = {}       # async_dump: section -> unresolved summary
 
     def start(self, model: Any) -> None:
         dbg = self.debugger()
         folder = dbg.open_dump_dir if dbg is not None else None
         if folder is None or folder == self.folder:
             return
+        self.flush()
         self.remove_hook()
         self.folder = folder
         models = model if isinstance(model, (list, tuple)) else [model]
@@ -159,15 +194,27 @@ class Recorder:
                     "python": static["python"], "platform": static["platform"], "packages": static["packages"],
                     "environment": environment(), "framework": framework_settings(), "argv": list(sys.argv),
                     "hyperparameters": {**parse_argv(sys.argv[1:]), **self.hyperparameters},
-                    "tsprobe_config": asdict(dbg.config),
-                    "weights": summarize_tensors(self.adapter, named, crc=size <= CRC_LIMIT)}
-        self.write()
+                    "tsprobe_config": asdict(dbg.config)}
+        self._summarize("weights", named, crc=size <= CRC_LIMIT, defer=dbg.config.async_dump)
         root = models[0] if models else None
         if root is not None and hasattr(root, "register_forward_pre_hook"):
             try:
                 self.handle = root.register_forward_pre_hook(self._first_batch, with_kwargs=True)
             except TypeError:        # a framework without with_kwargs
                 self.handle = root.register_forward_pre_hook(lambda m, a: self._first_batch(m, a, {}))
+
+    def _summarize(self, section: str, named: List[tuple], crc: bool, defer: bool) -> None:
+        """Fill `section` of the document; written now, or at ``flush()`` when `defer`."""
+        dbg = self.debugger()
+        values = dbg is None or dbg.config.task != "structure"
+        if defer and crc and section == "data":
+            crc = sum(_nbytes(t) for _, t in named) <= CRC_LIMIT      # bounded device copies
+        summary = TensorSummary(self.adapter, named, crc=crc, values=values, defer=defer)
+        self.doc[section] = summary.out
+        if defer:
+            self.pending[section] = summary
+        else:
+            self.write()
 
     @staticmethod
     def _rank(folder: str) -> Optional[int]:
@@ -177,11 +224,18 @@ class Recorder:
         dbg = self.debugger()
         if dbg is not None and dbg.open_dump_dir == self.folder and "data" not in self.doc:
             named = _leaves(args, "args", self.adapter.is_tensor) + _leaves(kwargs, "kwargs", self.adapter.is_tensor)
-            self.doc["data"] = summarize_tensors(self.adapter, named, crc=True)
-            self.write()
+            self._summarize("data", named, crc=True, defer=dbg.config.async_dump and dbg.in_window)
         if getattr(self.adapter, "framework", "") == "pytorch":
             self.remove_hook()      # MindSpore iterates its hook dict while calling: removed at the next start/close
         return None
+
+    def flush(self) -> None:
+        """async_dump: resolve what the step left pending and write the file (at stop())."""
+        if self.pending:
+            for summary in self.pending.values():
+                summary.resolve()
+            self.pending.clear()
+            self.write()
 
     def write(self) -> None:
         if self.folder and os.path.isdir(self.folder):
@@ -215,11 +269,21 @@ def on_start(debugger: Any, model: Any, adapter: Any) -> None:
     rec.start(model)
 
 
+def on_stop(debugger: Any) -> None:
+    """The debugger's stop(): async_dump's deferred fingerprint is fetched and written now."""
+    rec = _RECORDERS.get(debugger)
+    if rec is not None:
+        rec.flush()
+
+
 def on_close(debugger: Any) -> None:
-    """The debugger's close(): remove a first-batch hook that never fired."""
+    """The debugger's close(): write what is pending, remove a first-batch hook that never fired."""
     rec = _RECORDERS.pop(debugger, None)
     if rec is not None:
-        rec.remove_hook()
+        try:
+            rec.flush()
+        finally:
+            rec.remove_hook()
 
 
 def record_hyperparameters(values: Any, debugger: Any = None) -> None:

@@ -6,6 +6,7 @@ recover``, the compare loader and matcher, the TroubleShooter layout, the token 
 inference captures and its per-request split.
 Needs only numpy.
 """
+from .checksum import CRC32, XOR, checksum_kind, xor64_of_bytes, xor_field, xor_of_array
 from .errors import DumpFormatError, TensorFileError
 from .jsonio import (json_by_line, json_safe, read_json, read_json_optional, write_atomic, write_json_atomic,
                      write_text_atomic)
@@ -25,6 +26,7 @@ from .by_request import split_by_request
 from .fingerprint import FINGERPRINT_JSON, read_fingerprint, write_fingerprint
 
 __all__ = [
+    "CRC32", "XOR", "checksum_kind", "xor64_of_bytes", "xor_field", "xor_of_array",
     "DumpFormatError", "TensorFileError",
     "json_by_line", "json_safe", "read_json", "read_json_optional", "write_atomic", "write_json_atomic",
     "write_text_atomic",

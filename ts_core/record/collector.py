@@ -17,11 +17,17 @@ from ..dumpfmt import (BACKWARD, FORWARD, api_key, module_key, params_grad_key, 
                        without_direction)
 from ..scope import Scope
 from ..writer import DumpDir
+from .diffdump import DiffDump, Held
 from .stack import StackRecorder
 from .summary import Summarizer, TensorAdapter
 
 FLUSH_RECORDS = 512     # records waiting in memory before they go to the journal
 FLUSH_SECONDS = 0.5     # a record reaches the journal at most ~this long after it was collected
+# async_dump: nothing is flushed inside the step unless what waits for the step end passes one of
+# these bounds (then one early flush, and a warning once): device copies of tensors for files and
+# CRCs, and tensor summaries whose statistics or checksums are still on the device.
+ASYNC_MAX_BYTES = 1 << 30
+ASYNC_MAX_PENDING = 100_000
 
 
 class CallCounter:
@@ -67,7 +73,11 @@ class Collector:
         self.module_stack: List[Call] = []
         self.backward_modules: List[Call] = []     # modules whose backward is running, innermost last
         self.stacks = StackRecorder(skip_dirs) if cfg.stack else None
-        self.summ = Summarizer(adapter, md5=cfg.summary_mode == "md5")
+        self.summ = Summarizer(adapter, summary_mode=cfg.summary_mode, values=cfg.task != "structure",
+                               defer=cfg.async_dump)
+        self.diff = DiffDump(cfg.bench_path, cfg.diff_nums, cfg.summary_mode) if cfg.bench_path else None
+        self._tensor_list = tuple(cfg.tensor_list)
+        self._async_warned = False
         self._pending: List[Tuple[DumpDir, str, dict]] = []
         self._last_flush = time.monotonic()
         self._late_warned = False
@@ -84,14 +94,16 @@ class Collector:
         self.step, self.rank = step, rank
         path = rank_dir(self.cfg.dump_path, step, rank)
         header = {"task": self.cfg.task, "level": self.cfg.level, "framework": self.adapter.framework}
-        tensor_mode = self.cfg.task == "tensor"
-        self.dump = DumpDir(path, header, tensor_to_numpy=self.adapter.to_numpy if tensor_mode else None,
+        files = self.cfg.task == "tensor" or bool(self._tensor_list)     # a tensor folder
+        self.dump = DumpDir(path, header, tensor_to_numpy=self.adapter.to_numpy if files else None,
                             raise_on_error=self.cfg.on_write_error == "raise", warned=self._write_warned)
-        if self._idle_flusher is None:
+        if self._idle_flusher is None and not self.cfg.async_dump:
             self._idle_flusher = _IdleFlusher(self)
         self.summ.reset()
-        self.summ.save_tensor = self.dump.save_tensor if tensor_mode else None
-        self.summ.link_tensor = self.dump.link_tensor if tensor_mode else None
+        self.summ.save_tensor = self.dump.save_tensor if files else None
+        self.summ.link_tensor = self.dump.link_tensor if files else None
+        if self.diff is not None:
+            self.diff.open_step(step, rank)
         self._last_flush = time.monotonic()
         self.counter.reset()
         self.scope.reset()
@@ -141,23 +153,49 @@ class Collector:
             self.dump.add_stack(fwd, sid, frames)
         return call
 
+    def files_for(self, key: str) -> bool:
+        """Does the record `key` get tensor files when it is summarised? (task tensor: yes;
+        tensor_list: when an entry is a substring of the key, as msprobe matches; diff-only
+        dump: decided after the record is complete, see ``_save_if_introduced``)."""
+        if self.diff is not None:
+            return False
+        return not self._tensor_list or any(e in key for e in self._tensor_list)
+
+    def summarize_for(self, key: str, value: Any, name: str) -> Any:
+        """Summary of one value of the record `key` (``parameters_grad``, debug ``save``)."""
+        return self.summ.summarize(value, name, self.files_for(key))
+
+    def _hold(self) -> Optional[Held]:
+        return [] if self.diff is not None and self.diff.searching else None
+
     def forward_inputs(self, call: Call, args: Any, kwargs: Optional[dict]) -> None:
         rec: Dict[str, Any] = {}
         if self.want[FORWARD, "input"]:
             s = self.summ.summarize
             key = call.fwd_key
-            rec["input_args"] = [s(a, value_name(key, "input", i)) for i, a in enumerate(args)]
-            rec["input_kwargs"] = {k: s(v, value_name(key, "input", k)) for k, v in (kwargs or {}).items()}
+            files, hold = self.files_for(key), self._hold()
+            rec["input_args"] = [s(a, value_name(key, "input", i), files, hold) for i, a in enumerate(args)]
+            rec["input_kwargs"] = {k: s(v, value_name(key, "input", k), files, hold)
+                                   for k, v in (kwargs or {}).items()}
+            if hold is not None and self.diff.inputs_match(key, rec):
+                # copies now: the call may still change its inputs in place
+                self.diff.hold(key, [(out, name, self.adapter.snapshot(t)) for out, name, t in hold])
         call.record = rec
 
     def forward_outputs(self, call: Call, output: Any, params: Optional[Dict[str, Any]] = None) -> None:
         rec = call.record if call.record is not None else {}
         s = self.summ.summarize
+        key = call.fwd_key
+        files, hold = self.files_for(key), self._hold()
         if self.want[FORWARD, "output"]:
             outs = output if isinstance(output, (list, tuple)) else [output]
-            rec["output"] = [s(o, value_name(call.fwd_key, "output", i)) for i, o in enumerate(outs)]
+            rec["output"] = [s(o, value_name(key, "output", i), files, hold) for i, o in enumerate(outs)]
         if params and self.want[FORWARD, "input"]:
-            rec["parameters"] = {n: s(p, value_name(call.fwd_key, "parameters", n)) for n, p in params.items()}
+            rec["parameters"] = {n: s(p, value_name(key, "parameters", n), files, hold) for n, p in params.items()}
+        if self.diff is not None:
+            held = self.diff.take_held(key)
+            if held is not None and hold is not None:
+                self._save_if_introduced(call.dump, key, rec, held, hold)
         if self.want[FORWARD, "input"] or self.want[FORWARD, "output"]:
             self._emit(call.dump, call.fwd_key, rec)
             self._construct(call.dump, call.fwd_key, call.parent_key)
@@ -185,11 +223,15 @@ class Collector:
             self._late(call.bwd_key)
             return
         s = self.summ.summarize
+        key = call.bwd_key
+        files, hold = self.files_for(key), self._hold()
         rec: Dict[str, Any] = {}
         if self.want[BACKWARD, "input"]:
-            rec["input"] = [s(g, value_name(call.bwd_key, "input", i)) for i, g in enumerate(grads_of_outputs)]
+            rec["input"] = [s(g, value_name(key, "input", i), files, hold) for i, g in enumerate(grads_of_outputs)]
         if self.want[BACKWARD, "output"]:
-            rec["output"] = [s(g, value_name(call.bwd_key, "output", i)) for i, g in enumerate(grads_of_inputs)]
+            rec["output"] = [s(g, value_name(key, "output", i), files, hold) for i, g in enumerate(grads_of_inputs)]
+        if hold is not None:
+            self._save_if_introduced(dump, key, rec, [], hold)
         self._emit(dump, call.bwd_key, rec)
         self._construct(dump, call.bwd_key, call.parent.bwd_key if call.parent else None)
 
@@ -206,13 +248,37 @@ class Collector:
         """Debug-level ``save()``: one record holding a summary of `value`."""
         if self.dump is None:
             return
-        self._emit(self.dump, key, self.summ.summarize(value, key))
+        self._emit(self.dump, key, self.summarize_for(key, value, key))
+
+    def _save_if_introduced(self, dump: DumpDir, key: str, rec: dict, copies: Held, fresh: Held) -> None:
+        """Diff-only dump: the tensors of a record that introduced a difference go to files
+        (`copies`: inputs copied before the call ran; `fresh`: values made by the call)."""
+        if not self.diff.introduces(key, rec):
+            return
+        snapshot = self.adapter.snapshot
+        for out, name, snap in copies + [(o, n, snapshot(t)) for o, n, t in fresh]:
+            out["data_name"] = dump.save_tensor(name, snap)
+        self.diff.saved(key)
 
     # -- output -------------------------------------------------------------------------
     def _emit(self, dump: DumpDir, key: str, rec: Any) -> None:
         self._pending.append((dump, key, rec))
-        if len(self._pending) >= FLUSH_RECORDS or time.monotonic() - self._last_flush > FLUSH_SECONDS:
+        if self._flush_due():
             self.flush()
+
+    def _flush_due(self) -> bool:
+        summ = self.summ
+        if not self.cfg.async_dump:
+            return len(self._pending) >= FLUSH_RECORDS or time.monotonic() - self._last_flush > FLUSH_SECONDS
+        if summ.deferred_bytes <= ASYNC_MAX_BYTES and summ.n_pending <= ASYNC_MAX_PENDING:
+            return False
+        if not self._async_warned:
+            self._async_warned = True
+            warnings.warn(f"tsprobe: async_dump: more than {ASYNC_MAX_BYTES >> 20} MiB of tensor copies or "
+                          f"{ASYNC_MAX_PENDING} tensor summaries waited for the step end; flushed early "
+                          "(one host sync) to bound memory. Narrow the dump with list/scope to avoid it.",
+                          RuntimeWarning, stacklevel=4)
+        return True
 
     def _construct(self, dump: DumpDir, key: str, parent: Optional[str]) -> None:
         if self.cfg.level in ("L0", "mix"):

@@ -1,20 +1,24 @@
 """Summaries of call arguments: tensors become statistics dicts, everything else ``{type, value}``.
 
-Statistics are requested from the backend as small device-side values and resolved in one
-batched host transfer per flush (``resolve``), so collecting never syncs per tensor.
+Statistics (and xor checksums) are requested from the backend as small device-side values and
+resolved in one batched host transfer per flush (``resolve``), so collecting never syncs per
+tensor. With ``async_dump`` even CRCs and tensor files wait for ``resolve``.
 """
 from __future__ import annotations
 
 import weakref
 from typing import Any, Callable, List, Optional, Protocol, Tuple
 
-from ..dumpfmt import STAT_FIELDS, value_name
+from ..dumpfmt import STAT_FIELDS, value_name, xor_field
 
 
 class TensorAdapter(Protocol):
     """What the core needs from a framework backend to summarise its tensors."""
 
     framework: str
+
+    def reset(self) -> None:
+        """A new step: forget per-step caches (statistics of tensors seen unchanged)."""
 
     def is_tensor(self, value: Any) -> bool: ...
 
@@ -29,7 +33,24 @@ class TensorAdapter(Protocol):
     def stats_to_host(self, handles: List[Any]) -> List[List[Optional[float]]]:
         """One batched transfer for many ``stats`` handles."""
 
-    def crc32(self, tensor: Any) -> str: ...
+    def crc32(self, tensor: Any) -> str:
+        """CRC-32 (8 hex digits) of the raw bytes of a tensor, or of a ``to_host`` copy."""
+
+    def xor_checksum(self, tensor: Any) -> Any:
+        """summary_mode xor: a handle for ``checksums_to_host`` (a host value or a device-side
+        scalar: no sync), or None for an empty tensor."""
+
+    def checksums_to_host(self, handles: List[Any]) -> List[Any]:
+        """Values of ``xor_checksum`` handles: an int (the 64-bit XOR), or for a 0-d tensor its
+        value (float, int or bool), as msprobe writes them."""
+
+    def device_copy(self, tensor: Any) -> Any:
+        """async_dump: a copy on the tensor's own device that later in-place ops cannot change."""
+
+    def to_host(self, copy: Any) -> Any:
+        """A ``device_copy`` brought to the host, as ``snapshot`` would have made it."""
+
+    def nbytes(self, tensor: Any) -> int: ...
 
     def content_key(self, tensor: Any) -> Any:
         """A hashable key equal for the same unchanged tensor (e.g. (id, version)), or None."""
@@ -42,30 +63,55 @@ class TensorAdapter(Protocol):
     def describe_other(self, value: Any) -> Optional[dict]:
         """Framework-specific non-tensor values (dtype, device, Size); None if not one."""
 
-    def reset(self) -> None:
-        """A new step: forget per-step caches (statistics of tensors seen unchanged)."""
-
 
 _PLAIN = (bool, int, float, str)
 
 
+class _Seen:
+    """A tensor met earlier in this step folder (with async_dump: this flush window),
+    unchanged: what was already made of it."""
+
+    __slots__ = ("ref", "crc", "file", "copy")
+
+    def __init__(self, ref: Any, crc: Optional[str], file: Optional[str], copy: Any) -> None:
+        self.ref, self.crc, self.file, self.copy = ref, crc, file, copy
+
+
 class Summarizer:
-    """Turns argument structures into JSON-ready summaries; owns pending statistics."""
+    """Turns argument structures into JSON-ready summaries; owns what is still pending.
 
-    def __init__(self, adapter: TensorAdapter, *, md5: bool = False,
-                 save_tensor: Optional[Callable[[str, Any], str]] = None):
+    ``summary_mode``: ``statistics`` (Max/Min/Mean/Norm), ``md5`` (statistics and a CRC-32),
+    ``xor`` (a 64-bit XOR checksum instead of the statistics). ``values=False`` (task
+    ``structure``): dtype and shape only. ``defer`` (``async_dump``): nothing needs the tensor's
+    bytes on the host before ``resolve``: tensor files and CRCs are made from copies left on
+    the tensor's device until then (``deferred_bytes`` counts them, so the caller can bound it).
+    """
+
+    def __init__(self, adapter: TensorAdapter, *, summary_mode: str = "statistics", values: bool = True,
+                 defer: bool = False, save_tensor: Optional[Callable[[str, Any], str]] = None):
         self.adapter = adapter
-        self.md5 = md5
-        self.save_tensor = save_tensor       # tensor mode: (value name, snapshot) -> file name
-        self.pending: List[Tuple[dict, Any, str]] = []
+        self.summary_mode = summary_mode
+        self.values = values
+        self.defer = defer
+        self.save_tensor = save_tensor       # (value name, host snapshot) -> file name
         self.link_tensor: Optional[Callable[[str, str], str]] = None   # (existing file, value name) -> file
-        self._seen: dict = {}          # content key -> (weakref, crc, file), one step folder
+        self.pending: List[Tuple[dict, Any, str]] = []     # statistics: (summary, handle, dtype)
+        self.pending_xor: List[Tuple[dict, Any]] = []       # xor checksums: (summary, handle)
+        self.deferred: List[list] = []       # defer: [summary, device copy, file's value name or None, crc?]
+        self.deferred_bytes = 0
+        self._seen: dict = {}                # content key -> _Seen: one step folder (defer: one flush)
 
-    def summarize(self, value: Any, name: str) -> Any:
-        """Summary of `value`; `name` is the data-name prefix (``KEY.input.0``) for tensor files."""
+    @property
+    def n_pending(self) -> int:
+        return len(self.pending) + len(self.pending_xor) + len(self.deferred)
+
+    def summarize(self, value: Any, name: str, files: bool = True, hold: Optional[list] = None) -> Any:
+        """Summary of `value`; `name` is the data-name prefix (``KEY.input.0``) for tensor files.
+        ``files=False``: no tensor file for this value even when tensor files are being saved.
+        `hold`: gets ``(summary, name, tensor)`` of each tensor (the diff-only dump decides later)."""
         ad = self.adapter
         if ad.is_tensor(value):
-            return self.tensor(value, name)
+            return self.tensor(value, name, files, hold)
         if value is None:
             return None
         if isinstance(value, _PLAIN):
@@ -74,55 +120,87 @@ class Summarizer:
         if other is not None:
             return other
         if isinstance(value, (list, tuple)):
-            return [self.summarize(v, value_name(name, i)) for i, v in enumerate(value)]
+            return [self.summarize(v, value_name(name, i), files, hold) for i, v in enumerate(value)]
         if isinstance(value, dict):
-            return {str(k): self.summarize(v, value_name(name, k)) for k, v in value.items()}
+            return {str(k): self.summarize(v, value_name(name, k), files, hold) for k, v in value.items()}
         if isinstance(value, slice):
             return {"type": "slice", "value": [_plain(value.start), _plain(value.stop), _plain(value.step)]}
         if value is Ellipsis:
             return {"type": "ellipsis", "value": "..."}
         return {"type": type(value).__name__, "value": None}
 
-    def tensor(self, t: Any, name: str) -> dict:
+    def tensor(self, t: Any, name: str, files: bool = True, hold: Optional[list] = None) -> dict:
         ad = self.adapter
         out = ad.meta(t)                    # field order as msprobe writes it
-        handle = ad.stats(t)
-        if type(handle) is list:            # already on the host (native kernel): filled now
-            dtype = out["dtype"]
-            out["Max"] = _typed(handle[0], dtype, "Max")
-            out["Min"] = _typed(handle[1], dtype, "Min")
-            out["Mean"] = handle[2]
-            out["Norm"] = handle[3]
-        else:
-            out["Max"] = out["Min"] = out["Mean"] = out["Norm"] = None
+        if hold is not None:
+            hold.append((out, name, t))
+        if not self.values:
+            out["requires_grad"] = ad.requires_grad(t)
+            return out
+        if self.summary_mode == "xor":      # msprobe: the checksum replaces the statistics
+            out["md5"] = None
+            handle = ad.xor_checksum(t)
             if handle is not None:
-                self.pending.append((out, handle, out["dtype"]))   # filled by resolve()
+                self.pending_xor.append((out, handle))
+        else:
+            handle = ad.stats(t)
+            if type(handle) is list:            # already on the host (native kernel): filled now
+                dtype = out["dtype"]
+                out["Max"] = _typed(handle[0], dtype, "Max")
+                out["Min"] = _typed(handle[1], dtype, "Min")
+                out["Mean"] = handle[2]
+                out["Norm"] = handle[3]
+            else:
+                out["Max"] = out["Min"] = out["Mean"] = out["Norm"] = None
+                if handle is not None:
+                    self.pending.append((out, handle, out["dtype"]))   # filled by resolve()
         out["requires_grad"] = ad.requires_grad(t)
-        if self.md5 or self.save_tensor is not None:
-            self._content(t, name, out)
+        save = files and self.save_tensor is not None
+        if self.summary_mode == "md5" or save:
+            self._content(t, name, out, save)
         return out
 
-    def _content(self, t: Any, name: str, out: dict) -> None:
+    def _content(self, t: Any, name: str, out: dict, save: bool) -> None:
         """CRC and tensor file. A tensor seen unchanged earlier in this step (one call's output is
         the next call's input; a weight used forward and again by the optimizer) reuses its CRC,
-        and its file is linked, not rewritten."""
+        and its file is linked, not rewritten. With async_dump the device copy is shared instead,
+        within one flush window (the copies are released at ``resolve``)."""
         ad = self.adapter
         key_of = getattr(ad, "content_key", None)
         key = key_of(t) if key_of is not None else None
         seen = self._seen.get(key) if key is not None else None
-        if seen is not None and seen[0]() is not t:
+        if seen is not None and seen.ref() is not t:
             seen = None                                   # id reused by a new tensor
-        if self.md5:
-            out["md5"] = seen[1] if seen is not None and seen[1] else ad.crc32(t)
+        if self.defer:
+            copy = self._defer(t, name, out, save, seen)
+            if key is not None and seen is None:
+                self._seen[key] = _Seen(weakref.ref(t), None, None, copy)
+            return
+        if self.summary_mode == "md5":
+            out["md5"] = seen.crc if seen is not None and seen.crc else ad.crc32(t)
         file_name = None
-        if self.save_tensor is not None:
-            if seen is not None and seen[2] and self.link_tensor is not None:
-                file_name = self.link_tensor(seen[2], name)
+        if save:
+            if seen is not None and seen.file and self.link_tensor is not None:
+                file_name = self.link_tensor(seen.file, name)
             else:
                 file_name = self.save_tensor(name, ad.snapshot(t))
             out["data_name"] = file_name
-        if key is not None and seen is None:
-            self._seen[key] = (weakref.ref(t), out.get("md5"), file_name)
+        if key is None:
+            return
+        if seen is None:
+            self._seen[key] = _Seen(weakref.ref(t), out.get("md5"), file_name, None)
+        else:
+            seen.crc = seen.crc or out.get("md5")
+            seen.file = seen.file or file_name
+
+    def _defer(self, t: Any, name: str, out: dict, save: bool, seen: Optional[_Seen]) -> Any:
+        """async_dump: one copy on the tensor's device, CRC and file made from it in resolve()."""
+        copy = seen.copy if seen is not None else None
+        if copy is None:
+            copy = self.adapter.device_copy(t)
+            self.deferred_bytes += self.adapter.nbytes(t)
+        self.deferred.append([out, copy, name if save else None, self.summary_mode == "md5"])
+        return copy
 
     def reset(self) -> None:
         """A new step folder: nothing seen yet (links never cross folders)."""
@@ -130,16 +208,46 @@ class Summarizer:
         self.adapter.reset()
 
     def resolve(self) -> None:
-        """Fill every pending statistic with one host transfer."""
+        """Fill every pending value: statistics and checksums in one host transfer each, then the
+        deferred CRCs and tensor files (one host copy per device copy)."""
+        if self.defer:
+            self._seen.clear()         # its entries hold device copies: bounded by one flush window
         n = len(self.pending)          # entries appended meanwhile (another thread) stay queued
-        if not n:
-            return
-        pending = self.pending[:n]
-        values = self.adapter.stats_to_host([h for _, h, _ in pending])
-        for (out, _, dtype), row in zip(pending, values):
-            for field, v in zip(STAT_FIELDS, row):
-                out[field] = _typed(v, dtype, field)
-        del self.pending[:n]
+        if n:
+            pending = self.pending[:n]
+            values = self.adapter.stats_to_host([h for _, h, _ in pending])
+            for (out, _, dtype), row in zip(pending, values):
+                for field, v in zip(STAT_FIELDS, row):
+                    out[field] = _typed(v, dtype, field)
+            del self.pending[:n]
+        n = len(self.pending_xor)
+        if n:
+            pending_xor = self.pending_xor[:n]
+            for (out, _), v in zip(pending_xor, self.adapter.checksums_to_host([h for _, h in pending_xor])):
+                out["md5"] = xor_field(v)
+            del self.pending_xor[:n]
+        if self.deferred:
+            self._resolve_deferred()
+
+    def _resolve_deferred(self) -> None:
+        ad = self.adapter
+        n = len(self.deferred)
+        hosts: dict = {}             # id(device copy) -> (host copy, crc, first file)
+        for entry in self.deferred[:n]:
+            out, copy, name, want_crc = entry
+            got = hosts.get(id(copy))
+            if got is None:
+                got = hosts[id(copy)] = [ad.to_host(copy), None, None]
+            if want_crc:
+                got[1] = got[1] or ad.crc32(got[0])
+                out["md5"] = got[1]
+            if name is not None and self.save_tensor is not None:
+                if got[2] and self.link_tensor is not None:
+                    out["data_name"] = self.link_tensor(got[2], name)
+                else:
+                    out["data_name"] = got[2] = self.save_tensor(name, got[0])
+        del self.deferred[:n]
+        self.deferred_bytes = 0
 
 
 def _plain(v: Any) -> Any:

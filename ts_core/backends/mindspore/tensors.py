@@ -17,6 +17,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, mint
 
+from ...dumpfmt import xor64_of_bytes
 from .._depth import internal
 from ._runtime import no_grad, warm_up
 
@@ -98,9 +99,37 @@ class MindSporeAdapter:
                 rows.append(row)
         return rows
 
-    def crc32(self, t: Tensor) -> str:
-        raw = np.ascontiguousarray(host_array(t)).view(np.uint8)
+    def crc32(self, t: Any) -> str:
+        """Of a tensor, or of the host copy ``to_host`` made (async_dump)."""
+        arr = t if isinstance(t, np.ndarray) else host_array(t)
+        raw = np.ascontiguousarray(arr).view(np.uint8)
         return f"{zlib.crc32(raw.tobytes()) & 0xFFFFFFFF:08x}"
+
+    def xor_checksum(self, t: Tensor) -> Any:
+        """msprobe's xor (which msprobe computes for torch only): a 0-d tensor's value, else the
+        XOR of the raw bytes as little-endian 64-bit words. Read through a host copy; bfloat16
+        comes back as float32 and is narrowed to its exact bfloat16 bits."""
+        if t.size == 0:
+            return None
+        arr = host_array(t)
+        if arr.ndim == 0 and not np.iscomplexobj(arr):
+            return arr.item()
+        if t.dtype == ms.bfloat16:
+            arr = (np.ascontiguousarray(arr, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        return xor64_of_bytes(arr)
+
+    def checksums_to_host(self, handles: List[Any]) -> List[Any]:
+        return list(handles)            # computed on the host already
+
+    def device_copy(self, t: Tensor) -> Tensor:
+        with internal(), no_grad():
+            return t.copy()
+
+    def to_host(self, copy: Tensor) -> np.ndarray:
+        return host_array(copy)
+
+    def nbytes(self, t: Tensor) -> int:
+        return int(t.nbytes)
 
     def snapshot(self, t: Tensor) -> np.ndarray:
         # A host copy now: later in-place ops cannot change it, and the writer thread never

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ... import native
+from ...dumpfmt import xor64_of_bytes
 from .._depth import internal
 
 _FLOATS = {torch.float16, torch.bfloat16, torch.float32}
@@ -138,6 +139,46 @@ class TorchAdapter:
             raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
         return native.crc32_hex(raw)
 
+    def xor_checksum(self, t: torch.Tensor) -> Any:
+        """msprobe's xor: a 0-d tensor's own value; else the XOR of its bytes as little-endian
+        int64 words, in numpy for host tensors, on the device (no sync) for the others. Only
+        views and a copy of a non-contiguous tensor: nothing here is recorded or taped."""
+        if t.is_meta or t.numel() == 0:
+            return None
+        t = t.detach()
+        if t.dim() == 0 and not t.is_complex():
+            return t.item() if t.device.type == "cpu" else t.clone()
+        if t.is_conj() or t.is_neg():
+            t = t.resolve_conj().resolve_neg()
+        raw = t.contiguous().reshape(-1).view(torch.uint8)
+        if t.device.type == "cpu":
+            return xor64_of_bytes(raw.numpy())
+        with internal():
+            return _xor_on_device(raw)
+
+    def checksums_to_host(self, handles: List[Any]) -> List[Any]:
+        with internal():
+            out = list(handles)
+            groups: dict = {}
+            for i, h in enumerate(handles):
+                if isinstance(h, torch.Tensor):
+                    groups.setdefault((h.device, h.dtype), []).append(i)
+            for idx in groups.values():      # one transfer per device and dtype
+                for i, v in zip(idx, torch.stack([handles[i] for i in idx]).cpu().tolist()):
+                    out[i] = v
+            return out
+
+    def device_copy(self, t: torch.Tensor) -> torch.Tensor:
+        with internal(), torch.no_grad():
+            return t.detach().clone()
+
+    def to_host(self, copy: torch.Tensor) -> torch.Tensor:
+        with internal():
+            return copy if copy.device.type == "cpu" else copy.to("cpu")
+
+    def nbytes(self, t: torch.Tensor) -> int:
+        return t.numel() * t.element_size()
+
     def snapshot(self, t: torch.Tensor) -> torch.Tensor:
         return t.detach().to("cpu", copy=True)
 
@@ -157,6 +198,30 @@ class TorchAdapter:
         if isinstance(value, torch.device):
             return {"type": "torch.device", "value": str(value)}
         return None
+
+
+def _xor_on_device(raw: torch.Tensor) -> torch.Tensor:
+    """XOR of a flat uint8 tensor's little-endian 64-bit words (tail zero-padded), as a 0-d
+    int64 tensor on the same device: log2(n) halvings, no host sync."""
+    n = raw.numel()
+    whole = n - n % 8
+    acc = torch.zeros((), dtype=torch.int64, device=raw.device)
+    if whole:
+        body = raw[:whole]
+        if body.storage_offset() % 8:
+            body = body.clone()          # an int64 view needs 8-byte alignment
+        words = body.view(torch.int64)
+        while words.numel() > 1:
+            if words.numel() % 2:
+                words = torch.cat((words, words.new_zeros(1)))
+            half = words.numel() // 2
+            words = torch.bitwise_xor(words[:half], words[half:])
+        acc = words[0]
+    if whole < n:
+        tail = torch.zeros(8, dtype=torch.uint8, device=raw.device)
+        tail[:n - whole] = raw[whole:]
+        acc = torch.bitwise_xor(acc, tail.view(torch.int64)[0])
+    return acc
 
 
 def _stats(t: torch.Tensor) -> torch.Tensor:
