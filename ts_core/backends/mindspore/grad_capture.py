@@ -175,7 +175,7 @@ class InputTap:
             if self.on_grads is not None:      # the call's own record first, then its Cells'
                 self.on_grads(grads)
             for users, g in zip(self.uses, grads):
-                for cell, k in users:
+                for cell, k in reversed(users):     # innermost Cell first: its record before its parents'
                     cell.use_grad(k, g)
         return None
 
