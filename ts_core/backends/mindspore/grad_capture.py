@@ -331,7 +331,7 @@ class CellCapture(GradRecord):
     inside it (see the module doc). Complete when every output gradient and every use's
     gradient has arrived."""
 
-    __slots__ = ("watch", "inputs", "in_grads", "uses", "arrived", "closed")
+    __slots__ = ("watch", "inputs", "in_grads", "uses", "arrived", "closed", "passthrough")
 
     def __init__(self, emit: Callable[[list, list], None], pending: Pending, watch: CellWatch):
         super().__init__(emit, pending)
@@ -341,6 +341,7 @@ class CellCapture(GradRecord):
         self.uses = 0                      # taps inside the Cell that feed an input
         self.arrived = 0
         self.closed = False                # the Cell's forward ended: no more uses
+        self.passthrough: List[Tuple[int, int]] = []    # (input, output) returned as is
 
     def before_call(self, args: tuple, kwargs: dict):
         """The Cell starts: its floating inputs (each tensor once) are open in the watch."""
@@ -354,6 +355,11 @@ class CellCapture(GradRecord):
         return args, kwargs
 
     def watch_outputs(self, output: Any, skip_ids=()) -> None:
+        """An input returned as is (``nn.Dropout`` in eval, an identity) has no use inside the
+        Cell: its gradient is that output's, i.e. the tensor's whole gradient (as in torch)."""
+        position = {id(t): k for k, t in enumerate(self.inputs)}
+        self.passthrough = [(position[id(t)], i) for i, t in enumerate(flat_tensors(output, []))
+                            if id(t) in position]
         self.close()
         self._hook_outputs(output, skip_ids)
         if self.expected == 0 and self.uses == 0:
@@ -393,7 +399,17 @@ class CellCapture(GradRecord):
             self.finish_pending()
 
     def finish_pending(self) -> None:
-        self.finish(self.in_grads if self.arrived else [])
+        grads, got = list(self.in_grads), self.arrived > 0
+        for k, i in self.passthrough:
+            g = self.out_grads[i] if i < len(self.out_grads) else None
+            if g is not None:
+                got = True
+                if grads[k] is None:
+                    grads[k] = g
+                else:
+                    with no_grad():
+                        grads[k] = grads[k] + g
+        self.finish(grads if got else [])
 
     def abandon(self) -> None:
         """The Cell's end never came: release its inputs, record nothing."""
