@@ -1,10 +1,14 @@
 """Step-time overhead of tsprobe (and msprobe, when installed) on a CPU GPT-2 training step.
 
-Each mode runs in its own process (modes interleaved over rounds); the figure is the median
-*process CPU time* per measured step, since wall time is noisy on shared machines. Ratios are
-against the no-tool run of the same invocation.
+Each mode runs in its own process (modes interleaved over rounds); the figures are the mean and
+median *process CPU time* per measured step, since wall time is noisy on shared machines.
+Ratios are against the no-tool run of the same invocation. Next to each tsprobe ratio the
+*floor* of that mode, measured in the same worker: the no-tool step plus one bare pass over
+the distinct bytes the mode summarised (statistics: a torch sum; md5: a CRC-32), or plus the
+time to write the bytes the mode wrote (tensor).
 
     python benchmarks/overhead.py [--steps 10] [--rounds 1] [--tools tsprobe,msprobe]
+                                  [--sizes 4x256,4x512,4x1024,12x256]
 """
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 MODES = {           # name: (task, level, summary_mode); None = no tool
     "no tool": None,
     "not collecting": ("statistics", "L1", "statistics"),
@@ -32,13 +38,14 @@ WARMUP = 2
 FAR_STEP = 100000
 
 
-def _worker(tool: str, mode: str, steps: int, out: str) -> None:
+def _worker(tool: str, mode: str, steps: int, size: str, out: str) -> None:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=8192, n_positions=256,
+    layers, width = (int(x) for x in size.split("x"))
+    cfg = GPT2Config(n_layer=layers, n_embd=width, n_head=4, vocab_size=8192, n_positions=256,
                      bos_token_id=0, eos_token_id=0, loss_type="ForCausalLMLoss")
     model = GPT2LMHeadModel(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -86,16 +93,77 @@ def _worker(tool: str, mode: str, steps: int, out: str) -> None:
                 inodes[(st.st_dev, st.st_ino)] = st.st_size
     size = sum(inodes.values())
     measured = times[WARMUP:]
+    measures_work = tool == "tsprobe" and spec is not None and mode != "not collecting"
+    floor = _floor(dump, spec, size / total) if measures_work else 0.0
     shutil.rmtree(dump, ignore_errors=True)
     with open(out, "w") as f:
-        json.dump({"median": statistics.median(measured), "bytes_per_step": size / total}, f)
+        json.dump({"median": statistics.median(measured), "mean": statistics.mean(measured),
+                   "bytes_per_step": size / total, "floor": floor}, f)
 
 
-def run(tool: str, mode: str, steps: int) -> dict:
+_ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4,
+             "float16": 2, "bfloat16": 2, "int16": 2}
+
+
+def _summarised_bytes(dump: str) -> int:
+    """Distinct bytes the tool summarised in one recorded step: every tensor summary of the
+    last step's dump.json, tensors with equal shape, dtype and statistics counted once."""
+    steps = sorted((d for d in os.listdir(dump) if d.startswith("step")), key=lambda d: int(d[4:]))
+    seen = set()
+    for root, _, files in os.walk(os.path.join(dump, steps[-1])):
+        if "dump.json" in files:
+            with open(os.path.join(root, "dump.json")) as f:
+                stack = [json.load(f)["data"]]
+            while stack:
+                v = stack.pop()
+                if isinstance(v, dict):
+                    if "shape" in v and "Max" in v:
+                        seen.add((v.get("dtype"), tuple(v["shape"]), v["Max"], v["Min"], v["Mean"], v["Norm"]))
+                    else:
+                        stack.extend(v.values())
+                elif isinstance(v, list):
+                    stack.extend(v)
+    total = 0
+    for dtype, shape, *_ in seen:
+        n = 1
+        for d in shape:
+            n *= d
+        total += n * _ITEMSIZE.get(str(dtype).split(".")[-1], 1)
+    return total
+
+
+def _floor(dump: str, spec: tuple, written_per_step: float) -> float:
+    """CPU seconds the mode cannot avoid per step (see the module docstring)."""
+    import torch
+    task, _, summary = spec
+    if task == "tensor":
+        buf = np.zeros(int(written_per_step), np.uint8) + 1
+        t0 = time.process_time()
+        buf.tofile(os.path.join(dump, "floor.bin"))
+        return time.process_time() - t0
+    n = _summarised_bytes(dump)
+    buf = torch.ones(max(1, n // 4), dtype=torch.float32)
+    t0 = time.process_time()
+    if summary == "md5":
+        _crc(buf.numpy())
+    else:
+        buf.sum()
+    return time.process_time() - t0
+
+
+def _crc(arr) -> int:
+    try:
+        from isal import isal_zlib as z
+    except ImportError:
+        import zlib as z
+    return z.crc32(memoryview(arr).cast("B"))
+
+
+def run(tool: str, mode: str, steps: int, size: str) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    subprocess.run([sys.executable, __file__, "--worker", tool, mode, str(steps), out],
+    subprocess.run([sys.executable, __file__, "--worker", tool, mode, str(steps), size, out],
                    check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(out) as f:
         return json.load(f)
@@ -107,36 +175,42 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--tools", default="tsprobe,msprobe")
     p.add_argument("--modes", default=",".join(MODES))
-    p.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    p.add_argument("--sizes", default="4x256", help="GPT-2 layers x width, comma-separated")
+    p.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        tool, mode, steps, out = args.worker
-        _worker(tool, mode, int(steps), out)
+        tool, mode, steps, size, out = args.worker
+        _worker(tool, mode, int(steps), size, out)
         return
     tools = [t for t in args.tools.split(",") if t != "msprobe" or importlib.util.find_spec("msprobe")]
     modes = args.modes.split(",")
+    if "no tool" not in modes:
+        modes.insert(0, "no tool")
+    for size in args.sizes.split(","):
+        _table(size, tools, modes, args.steps, args.rounds)
+
+
+def _table(size: str, tools: list, modes: list, steps: int, rounds: int) -> None:
     results: dict = {}
-    for r in range(args.rounds):
+    for r in range(rounds):
         for mode in modes:                     # interleaved: every tool runs each mode in turn
             for tool in (tools if MODES[mode] else ["-"]):
-                res = run(tool if tool != "-" else "tsprobe", mode, args.steps)
+                res = run(tool if tool != "-" else "tsprobe", mode, steps, size)
                 results.setdefault((tool, mode), []).append(res)
-                print(f"  round {r + 1}: {mode:15s} {tool:8s} {res['median'] * 1e3:8.1f} ms/step",
+                print(f"  {size} round {r + 1}: {mode:15s} {tool:8s} {res['mean'] * 1e3:8.1f} ms/step",
                       file=sys.stderr, flush=True)
-    base = statistics.median(x["median"] for x in results[("-", "no tool")])
 
-    def cell(tool, mode):
-        xs = results.get((tool, mode))
-        if not xs:
-            return None, None, None
-        ms = statistics.median(x["median"] for x in xs)
-        return ms * 1e3, ms / base, statistics.median(x["bytes_per_step"] for x in xs)
+    def agg(tool: str, mode: str, field: str) -> float:
+        return statistics.median(x[field] for x in results[(tool, mode)])
 
-    print(f"\nGPT-2 (4 layers, 256 wide, batch 4x64, AdamW, 1 thread), median CPU time of "
-          f"{args.steps} steps x {args.rounds} round(s); no tool = {base * 1e3:.1f} ms/step\n")
-    head = f"| mode | tsprobe ms/step | tsprobe ratio | tsprobe bytes/step |"
+    base_mean, base_median = agg("-", "no tool", "mean"), agg("-", "no tool", "median")
+    layers, width = size.split("x")
+    print(f"\nGPT-2 ({layers} layers, {width} wide, batch 4x64, AdamW, 1 thread), process CPU time "
+          f"of {steps} steps x {rounds} round(s); no tool = {base_mean * 1e3:.1f} ms/step mean, "
+          f"{base_median * 1e3:.1f} median\n")
+    head = "| mode | tsprobe ms/step (mean) | tsprobe ratio mean / median | floor | tsprobe bytes/step |"
     if "msprobe" in tools:
-        head += " msprobe ms/step | msprobe ratio | msprobe bytes/step |"
+        head += " msprobe ratio mean / median | msprobe bytes/step |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for mode in modes:
@@ -144,9 +218,18 @@ def main() -> None:
             continue
         row = f"| {mode} |"
         for tool in tools:
-            ms, ratio, size = cell(tool, mode)
-            row += f" {ms:.1f} | {ratio:.2f}x | {size / 1e6:.2f} MB |" if ms is not None else " - | - | - |"
-        print(row)
+            if (tool, mode) not in results:
+                row += " - | - | - | - |" if tool == "tsprobe" else " - | - |"
+                continue
+            mean, median = agg(tool, mode, "mean"), agg(tool, mode, "median")
+            ratios = f"{mean / base_mean:.2f}x / {median / base_median:.2f}x"
+            size_mb = agg(tool, mode, "bytes_per_step") / 1e6
+            if tool == "tsprobe":
+                floor = (base_mean + agg(tool, mode, "floor")) / base_mean
+                row += f" {mean * 1e3:.1f} | {ratios} | {floor:.2f}x | {size_mb:.2f} MB |"
+            else:
+                row += f" {ratios} | {size_mb:.2f} MB |"
+        print(row, flush=True)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,9 @@ from typing import Any
 
 from .config import DebuggerConfig, build_config
 from .debugger import PrecisionDebugger
-from .errors import ConfigError, DumpWriteError
+from .errors import AnomalyError, ConfigError, DumpWriteError
 
-__all__ = ["PrecisionDebugger", "seed_all", "compare", "compare_npy_dir", "ConfigError",
+__all__ = ["PrecisionDebugger", "seed_all", "compare", "compare_npy_dir", "AnomalyError", "ConfigError",
            "DumpWriteError", "DebuggerConfig", "build_config", "migrator", "save", "save_grad"]
 
 

@@ -14,7 +14,10 @@ from typing import Callable, List, Optional
 def _add_compare(sub) -> None:
     p = sub.add_parser("compare", help="compare two dumps and name the first call that diverged",
                        description="GOLDEN and TARGET may each be a dump root (step*/rank*), a step folder, "
-                                   "a rank folder or a dump.json; each step/rank pair is compared.")
+                                   "a rank folder or a dump.json; each step/rank pair is compared (in parallel). "
+                                   "With several ranks, one merged summary names each rank's first divergence, the "
+                                   "rank that diverged first and the collectives that carried it (ranks.json). "
+                                   "report.html opens its model tree on the first divergence.")
     p.add_argument("golden", help="the reference dump")
     p.add_argument("target", help="the dump under test")
     p.add_argument("-o", "--output", metavar="OUT", help="write compare.csv, summary.json, report.html here")
@@ -80,7 +83,139 @@ def _run_recover(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover]
+def _add_acc_check(sub) -> None:
+    p = sub.add_parser(
+        "acc-check", help="API precision without a golden run: replay every API call of a tensor dump in "
+                          "float64 and grade the recorded outputs",
+        description="Each forward API call of DUMP (task tensor, level L1 or mix) is replayed on CPU from its "
+                    "saved inputs in float64 (the reference) and in the recorded dtypes (a standard kernel of the "
+                    "same precision), and its recorded outputs and input gradients are graded against the "
+                    "reference with msprobe's dtype-aware standards. Calls that cannot be replayed are listed "
+                    "with the reason. Writes accuracy_checking_result.csv, accuracy_checking_details.csv and "
+                    "acc_check_summary.json to OUT.")
+    p.add_argument("dump", nargs="?", help="a dump root, step folder, rank folder or dump.json")
+    p.add_argument("-api_info", "--api_info_file", dest="api_info", metavar="DUMP_JSON",
+                   help="msprobe's spelling of DUMP (a dump.json)")
+    p.add_argument("-o", "--output", "--out_path", dest="output", metavar="OUT", help="write the CSVs and summary here")
+    p.add_argument("--reference", action="append", default=[], metavar="NAME=FUNCTION",
+                   help="grade the API NAME (a key without counter and direction: mylib.fused_gelu) against "
+                        "FUNCTION (module.function or module:function), e.g. a custom kernel against the plain "
+                        "composition it replaces; repeatable")
+    p.add_argument("--standards", metavar="YAML", help="a copy of ts_core/acccheck/standards.yaml with other thresholds")
+    p.add_argument("--no-backward", action="store_true", help="grade forward outputs only")
+    p.add_argument("--white-list", nargs="*", default=None, metavar="API", help="check only these API names (linear, __add__)")
+    p.add_argument("--black-list", nargs="*", default=None, metavar="API", help="never check these API names")
+    p.add_argument("-config", "--config_path", dest="config", metavar="CONFIG",
+                   help="an msprobe config.json: its acc_check section's white_list/black_list apply")
+    p.add_argument("--json", action="store_true", help="print acc_check_summary.json content instead of the summary")
+    p.add_argument("--fail-on-error", action="store_true", help="exit with status 1 when an API fails")
+    p.set_defaults(func=_run_acc_check)
+
+
+def _run_acc_check(args: argparse.Namespace) -> int:
+    from ts_core.acccheck import acc_check
+
+    dump = args.dump or args.api_info
+    if not dump:
+        print("tsprobe acc-check: error: give the dump to check (DUMP or -api_info dump.json)", file=sys.stderr)
+        return 2
+    refs = {}
+    for item in args.reference:
+        name, sep, target = item.partition("=")
+        if not sep or not name or not target:
+            print(f"tsprobe acc-check: error: --reference {item!r}: use NAME=module.function", file=sys.stderr)
+            return 2
+        refs[name.strip()] = target.strip()
+    white, black = args.white_list, args.black_list
+    if args.config:
+        from ts_core.dumpfmt import read_json
+
+        section = read_json(args.config).get("acc_check") or {}
+        white = white if white is not None else (section.get("white_list") or None)
+        black = black if black is not None else (section.get("black_list") or None)
+    result = acc_check(dump, args.output, references=refs, standards=args.standards, backward=not args.no_backward,
+                       white_list=white, black_list=black, verbose=not args.json)
+    if args.json:
+        print(json.dumps(result.summary(), indent=2))
+    return 1 if (args.fail_on_error and result.failed) else 0
+
+
+def _add_merge(sub) -> None:
+    p = sub.add_parser("merge", help="merge per-rank compare results into one many-rank summary",
+                       description="Each RESULT is the output folder of a tsprobe compare (or a folder holding "
+                                   "several). Writes compare.csv, summary.json, ranks.json (each rank's first "
+                                   "divergence, which rank diverged first, collectives linked across ranks), "
+                                   "report.html and merged.csv (one row per value of the chosen APIs, one column "
+                                   "per rank and metric) to OUT.")
+    p.add_argument("results", nargs="*", metavar="RESULT", help="compare output folders")
+    p.add_argument("-i", "--input_dir", dest="input_dir", help="msprobe's spelling: a folder holding the results")
+    p.add_argument("-o", "--output", "--output_dir", dest="output", required=True, metavar="OUT")
+    p.add_argument("--api", nargs="*", default=None, metavar="API",
+                   help="APIs for merged.csv (Distributed.all_reduce, Functional.linear); default: the collectives "
+                        "and each rank's first divergence")
+    p.add_argument("--index", nargs="*", default=None, metavar="METRIC",
+                   help="merged.csv metrics: compare.csv columns or msprobe names (Cosine, MaxRelativeErr, Max diff)")
+    p.add_argument("-config", "--config-path", dest="config", metavar="YAML",
+                   help="msprobe's merge config (api:, compare_index:)")
+    p.add_argument("--no-html", action="store_true", help="skip report.html")
+    p.set_defaults(func=_run_merge)
+
+
+def _run_merge(args: argparse.Namespace) -> int:
+    from ts_core.compare.merge import index_columns, merge_results, read_merge_config, write_merged
+    from ts_core.compare.text import terminal_text
+
+    folders = list(args.results) + ([args.input_dir] if args.input_dir else [])
+    if not folders:
+        print("tsprobe merge: error: give the compare results to merge (RESULT... or -i DIR)", file=sys.stderr)
+        return 2
+    apis, index = args.api, args.index
+    if args.config:
+        cfg = read_merge_config(args.config)
+        apis = apis if apis is not None else (cfg["api"] or None)
+        index = index if index is not None else (cfg["compare_index"] or None)
+    try:
+        index_columns(index)
+    except ValueError as e:
+        print(f"tsprobe merge: error: {e}", file=sys.stderr)
+        return 2
+    result = merge_results(folders)
+    write_merged(result, args.output, apis, index, html=not args.no_html)
+    print(terminal_text(result))
+    return 0
+
+
+def _add_config_check(sub) -> None:
+    p = sub.add_parser(
+        "config-check", help="before comparing numerics: compare what two runs were given (packages, environment, "
+                             "framework settings, hyperparameters, weights, first batch)",
+        description="RUN_A (golden) and RUN_B are dumps made with fingerprint: true (the default: each dumped "
+                    "step/rank folder holds a fingerprint.json), fingerprint.json files, or msprobe config_check "
+                    "packs (.zip). Each step/rank pair is checked; with -o, config_check.json and config_check.csv "
+                    "are written.")
+    p.add_argument("runs", nargs="*", metavar="RUN", help="RUN_A RUN_B")
+    p.add_argument("-c", "--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="msprobe's spelling of RUN_A RUN_B")
+    p.add_argument("-o", "--output", metavar="OUT", help="write config_check.json and config_check.csv here")
+    p.add_argument("--json", action="store_true", help="print config_check.json content instead of the summary")
+    p.add_argument("--fail-on-error", action="store_true", help="exit with status 1 when an error-level difference "
+                                                                 "is found")
+    p.set_defaults(func=_run_config_check)
+
+
+def _run_config_check(args: argparse.Namespace) -> int:
+    from ts_core.configcheck import config_check
+
+    runs = list(args.compare or args.runs)
+    if len(runs) != 2:
+        print("tsprobe config-check: error: give two runs: RUN_A RUN_B", file=sys.stderr)
+        return 2
+    result = config_check(runs[0], runs[1], args.output, verbose=not args.json)
+    if args.json:
+        print(json.dumps(result.summary(), indent=2))
+    return 1 if (args.fail_on_error and result.verdict == "error") else 0
+
+
+_COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_acc_check, _add_merge, _add_config_check]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, List, Mapping, Optional
 
 from .errors import ConfigError
+from .monitor.options import MonitorConfig, parse_monitor
 
 TASKS = ("statistics", "tensor")
 LEVELS = ("L0", "L1", "mix", "debug")
@@ -24,7 +25,8 @@ _TOLERATED_TOP = {"enable_dataloader", "precision", "acl_config", "is_dump_compi
                   "extra_info", "overflow_check", "free_benchmark", "run_ut", "grad_probe",
                   "structure", "exception_dump"}
 _TOP = {"task", "dump_path", "rank", "step", "level", "seed", "is_deterministic", "async_dump",
-        "statistics", "tensor", "stack", "on_write_error", "framework", "dump_eval"}
+        "statistics", "tensor", "stack", "on_write_error", "framework", "dump_eval", "fingerprint",
+        "monitor"}
 _SECTION = {"scope", "list", "data_mode", "summary_mode", "file_format", "online_run_ut",
             "nfs_path", "host", "port", "tls_path", "bench_path", "online_run_ut_recompute"}
 _SECTION_OURS = {"scope", "list", "data_mode", "summary_mode", "file_format"}
@@ -50,6 +52,8 @@ class DebuggerConfig:
     on_write_error: str = "warn"                       # "warn" keeps training alive, "raise" stops it
     framework: str = ""                                # "" = from the model passed to start()
     dump_eval: bool = False                            # integrations: also record evaluation loops
+    fingerprint: bool = True                           # fingerprint.json per step folder (config-check)
+    monitor: Optional[MonitorConfig] = None            # monitor mode (ts_core/monitor); None: off
 
     def wants(self, direction: str, part: str) -> bool:
         """Does data_mode keep `part` ('input'/'output') of a `direction` ('forward'/'backward') record?"""
@@ -61,7 +65,9 @@ class DebuggerConfig:
         return dir_ok and part_ok
 
     def collects_step(self, step: int) -> bool:
-        return not self.step or step in self.step
+        """Is `step` dumped regardless of anomalies? An empty `step` means every step, or none in
+        monitor mode (the monitor then decides which steps reach disk)."""
+        return (not self.step and self.monitor is None) or step in self.step
 
     def collects_rank(self, rank: Optional[int]) -> bool:
         return not self.rank or (rank or 0) in self.rank
@@ -225,11 +231,11 @@ def validate(flat: Mapping[str, Any]) -> DebuggerConfig:
     if "seed" in v and (isinstance(v["seed"], bool) or not isinstance(v["seed"], int)
                         or not 0 <= v["seed"] < 2**32):
         raise ConfigError("seed", v["seed"], "use an int in [0, 2**32)")
-    for name in ("is_deterministic", "async_dump", "stack", "dump_eval"):
+    for name in ("is_deterministic", "async_dump", "stack", "dump_eval", "fingerprint"):
         if name in v:
             _bool(name, v[name])
     if "framework" in v:
-        _choice("framework", v["framework"], ("", "pytorch", "mindspore"))
+        _choice("framework", v["framework"], ("", "pytorch", "mindspore", "mindtorch"))
     if "on_write_error" in v:
         _choice("on_write_error", v["on_write_error"], ("warn", "raise"))
     if "scope" in v:
@@ -253,6 +259,8 @@ def validate(flat: Mapping[str, Any]) -> DebuggerConfig:
         _choice("summary_mode", v["summary_mode"], SUMMARY_MODES)
     if "file_format" in v:
         _choice("file_format", v.pop("file_format"), ("npy",))
+    if "monitor" in v:
+        v["monitor"] = parse_monitor(v["monitor"])
     cfg = replace(cfg, **v)
     if cfg.task == "tensor" and cfg.summary_mode != "statistics":
         raise ConfigError("summary_mode", cfg.summary_mode,

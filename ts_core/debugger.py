@@ -7,20 +7,22 @@ Typical loop (msprobe-compatible)::
         debugger.start(model)
         loss = model(batch).sum(); loss.backward(); optimizer.step()
         debugger.stop()
-        debugger.step()
+        debugger.step()           # monitor mode: debugger.step(loss=loss)
 """
 from __future__ import annotations
 
 import os
 import sys
 import warnings
+from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 from .backends import framework_of, load_backend
 from .backends.base import Backend
 from .config import DebuggerConfig, build_config
 from .dumpfmt import debug_key
-from .errors import ConfigError
+from .errors import AnomalyError, ConfigError
+from .monitor import Monitor
 from .record.collector import Collector
 
 
@@ -53,6 +55,7 @@ class PrecisionDebugger:
         self._debug_dump: Any = None        # the step folder the counts number keys in
         self._warned: set = set()
         self._keep_installed = False     # prepare(): patches stay until close()
+        self._monitor: Optional[Monitor] = Monitor(self.config) if self.config.monitor is not None else None
         prev = PrecisionDebugger._current
         if prev is not None and not prev._closed:
             prev.close()
@@ -64,6 +67,8 @@ class PrecisionDebugger:
         self._check_open()
         if token_range is not None:
             token_range = self._check_token_range(model, token_range)
+        if self._monitor is not None:
+            self._monitor.start(self.current_step, model)
         if not self.config.collects_step(self.current_step):
             return
         if self._backend is None:
@@ -80,6 +85,10 @@ class PrecisionDebugger:
             self._warn_once("model", f"level {self.config.level} records modules only when the model is "
                             "passed: call debugger.start(model).")
         self._backend.install(model)
+        if self.config.fingerprint:        # what this run was given, for tsprobe config-check
+            from .configcheck.collect import on_start
+
+            on_start(self, model, self._collector.adapter)
         if token_range is not None:
             if self._token_range is None:
                 self._backend.watch_iterations(model if not isinstance(model, (list, tuple)) else model[0],
@@ -90,6 +99,8 @@ class PrecisionDebugger:
 
     def stop(self) -> None:
         """Stop collecting; everything collected so far is written as complete JSON files."""
+        if self._monitor is not None:
+            self._monitor.pause()
         if self._collector is None or not self._in_window:
             return
         self._in_window = False
@@ -99,23 +110,37 @@ class PrecisionDebugger:
 
     forward_backward_dump_end = stop
 
-    def step(self) -> None:
-        """End the step: flush and close its folder, then count the next step."""
+    def step(self, loss: Any = None) -> None:
+        """End the step: flush and close its folder, then count the next step. Monitor mode:
+        `loss` is the step's loss (as ``observe_loss(loss)``); the monitor checks the step and
+        may capture it (``monitor.on_trigger: raise`` then raises AnomalyError, dumps written)."""
         self._check_open()
+        if loss is not None:
+            self.observe_loss(loss)
         self.stop()
         self._close_step()
+        capture = self._monitor.end_step() if self._monitor is not None else None
+        if capture is not None:
+            self._after_capture(capture)
         self.current_step += 1
         last = self.config.last_step
         if last is not None and self.current_step > last and self._backend is not None \
                 and not self._keep_installed:
             self._backend.close()       # nothing left to collect: restore everything now
             self._collector.shutdown()
+        if capture is not None and self.config.monitor.on_trigger == "raise":
+            raise AnomalyError(capture)
 
     def prepare(self, model: Any = None) -> None:
         """Install every patch and hook now, collecting nothing, and keep them until close()
         (no restore after the last configured step). For callbacks inside frameworks that
         compare torch function identities over a run (Lightning's ``self.log``)."""
         self._check_open()
+        if self._monitor is not None:
+            self._monitor.watch(model)
+            mon = self.config.monitor
+            if not self.config.step and not mon.after_steps:
+                return                  # monitor only: no regular dump can ever happen
         if self._backend is None:
             self._make_backend(model)
         self._backend.install(model)
@@ -127,6 +152,8 @@ class PrecisionDebugger:
         all-reduce. Written at the next stop()/step(); only while a step folder is open."""
         if self._collector is not None and self._collector.dump is not None:
             self._backend.capture_param_grads()
+        if self._monitor is not None:
+            self._monitor.capture_param_grads()
 
     def set_init_step(self, step: int) -> None:
         """msprobe's name: the step number a resumed run starts at."""
@@ -152,17 +179,53 @@ class PrecisionDebugger:
         finally:        # a write error raised above (on_write_error: raise) still restores everything
             self._closed = True
             self._debug_dump = None
+            from .configcheck.collect import on_close
+
+            on_close(self)
             if PrecisionDebugger._current is self:
                 PrecisionDebugger._current = None
-            if self._backend is not None:
-                self._backend.close()
-                self._collector.shutdown()
+            try:
+                if self._monitor is not None:
+                    self._monitor.close()
+            finally:
+                if self._backend is not None:
+                    self._backend.close()
+                    self._collector.shutdown()
 
     def __enter__(self) -> "PrecisionDebugger":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    # -- monitor mode ------------------------------------------------------------------------
+    def observe_loss(self, loss: Any) -> None:
+        """Monitor mode: the loss of the current step (a tensor, left on its device, or a number);
+        several calls in one step (micro-batches) count as their mean. No-op without a monitor."""
+        if self._monitor is not None:
+            self._monitor.observe_loss(loss)
+
+    @property
+    def monitor(self) -> Optional[Monitor]:
+        """The monitor (config section ``monitor``), or None: its ``captures``, ``ring``..."""
+        return self._monitor
+
+    @property
+    def should_stop(self) -> bool:
+        """True once a monitor capture asked training to stop (``monitor.on_trigger: stop``);
+        the integrations stop their trainer, a hand-written loop checks it."""
+        return self._monitor is not None and self._monitor.should_stop
+
+    def wants_step(self, step: int) -> bool:
+        """Will ``start()`` at `step` do anything: a configured dump, or monitoring?"""
+        return self.config.collects_step(step) or (self._monitor is not None and not self._monitor.disabled)
+
+    def _after_capture(self, capture: dict) -> None:
+        """``monitor.after_steps``: the steps after a capture are dumped as configured steps."""
+        n = self.config.monitor.after_steps
+        if n:
+            k = capture["step"]
+            self.config = replace(self.config, step=sorted(set(self.config.step) | set(range(k + 1, k + 1 + n))))
 
     # -- what integrations may ask ------------------------------------------------------------
     @classmethod

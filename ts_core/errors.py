@@ -11,3 +11,15 @@ class ConfigError(ValueError):
 
 class DumpWriteError(OSError):
     """Raised instead of warning when the config asks write failures to be fatal."""
+
+
+class AnomalyError(RuntimeError):
+    """Raised by ``debugger.step()`` after a monitor capture when ``monitor.on_trigger`` is
+    ``raise`` (the dumps are on disk by then). ``capture`` holds what was found."""
+
+    def __init__(self, capture: dict):
+        self.capture = capture
+        first = capture.get("first") or {}
+        where = f"; first NaN/Inf: {first.get('tensor')}" if first else ""
+        super().__init__(f"tsprobe monitor: anomaly at step {capture.get('step')} "
+                         f"({', '.join(capture.get('reasons', []))}){where}; dumps: {capture.get('dumps')}")

@@ -63,6 +63,9 @@ class StepDriver:
     ``pause()`` -- the micro-batch's backward is done: stop collecting, keep the step open.
     ``capture_param_grads()`` -- take ``parameters_grad`` from ``.grad`` now.
     ``end_step()`` -- the optimizer step is done: close the step's folder.
+    Monitor mode (config section ``monitor``): every training step is begun and ended, and
+    ``observe_loss(loss)`` hands the monitor the micro-batch's loss; ``should_stop`` says
+    that a capture asked training to stop (``monitor.on_trigger: stop``).
     """
 
     def __init__(self, handle: DebuggerHandle, dump_eval: Optional[bool] = None):
@@ -79,7 +82,17 @@ class StepDriver:
         return self.handle.get()
 
     def collects(self, step: int) -> bool:
-        return self.handle.config.collects_step(step)
+        cfg = self.handle.config
+        return cfg.collects_step(step) or cfg.monitor is not None
+
+    def observe_loss(self, loss: Any) -> None:
+        """Monitor mode: the loss of a micro-batch of the open step (ignored otherwise)."""
+        if loss is not None and self.open_step is not None and self.handle.config.monitor is not None:
+            self.handle.get().observe_loss(loss)
+
+    @property
+    def should_stop(self) -> bool:
+        return self.handle.config.monitor is not None and self.handle.get().should_stop
 
     def prepare(self, model: Any) -> None:
         """Install the debugger's patches and hooks now (collecting nothing) and keep them until

@@ -52,7 +52,7 @@ def collect(accelerator: Any, debugger: PrecisionDebugger, model: Any = None, *,
         if debugger.current_step != step:
             debugger.set_init_step(step)
     inner = unwrap(model) if model is not None else None
-    collecting = debugger.config.collects_step(debugger.current_step)
+    collecting = debugger.wants_step(debugger.current_step)      # configured step, or monitor mode
     if collecting:
         debugger.start(inner)
     try:

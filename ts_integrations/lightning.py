@@ -102,9 +102,12 @@ class PrecisionDumpCallback(*_callback_bases()):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         drv = self._driver
         drv.pause()                       # the training_step returned None: no backward ran
+        drv.observe_loss(outputs.get("loss") if isinstance(outputs, dict) else outputs)
         self._next_step = trainer.global_step
         if drv.open_step is not None and trainer.global_step > drv.open_step:
             drv.end_step()
+            if drv.should_stop:           # monitor.on_trigger: stop
+                trainer.should_stop = True
 
     # -- validation / test / predict (dump_eval=True) --------------------------------------
     def _eval_begin(self, trainer, pl_module) -> None:

@@ -119,13 +119,24 @@ class MsprobeStep(ms.train.Callback):
 
     def on_train_step_begin(self, run_context) -> None:
         model = self._model_for(run_context)
+        network = run_context.original_args().get("network")
         if model is None:
-            _choose_mindspore(self.debugger, run_context.original_args().get("network"))
+            _choose_mindspore(self.debugger, network)
+            monitor = self.debugger.monitor
+            if monitor is not None and isinstance(network, nn.Cell):
+                monitor.watch(self.model or backbone_of(network))      # monitor mode: hooks once
         self.debugger.start(model)
 
     def on_train_step_end(self, run_context) -> None:
         self.debugger.stop()
-        self.debugger.step()
+        loss = None
+        if self.debugger.monitor is not None:     # monitor mode: the step's loss (net_outputs)
+            loss = run_context.original_args().get("net_outputs")
+            if isinstance(loss, (tuple, list)):   # loss-scale cells return (loss, overflow, scale)
+                loss = loss[0] if loss else None
+        self.debugger.step(loss=loss)
+        if self.debugger.should_stop:            # monitor.on_trigger: stop
+            run_context.request_stop()
 
     def on_train_end(self, run_context) -> None:
         self.debugger.stop()

@@ -134,6 +134,8 @@ class _RootWatch:
         if not (module.training and _grad_enabled()):
             drv.pause()                     # eval forward: no backward follows
             return
+        if self.armed is not None:          # monitor mode: the model's own loss, when it returns one
+            drv.observe_loss(_loss_of(output))
         if self._queue is None:
             return                          # on_substep_end / on_pre_optimizer_step stop us
         for t in _grad_tensors(output, []):
@@ -155,6 +157,13 @@ class _RootWatch:
         self.driver.pause()
         if self.armed is not None and _sync_gradients():
             self.driver.capture_param_grads()
+
+
+def _loss_of(output: Any) -> Any:
+    """``output.loss`` of a transformers ModelOutput (or a dict), else None."""
+    if isinstance(output, dict):
+        return output.get("loss")
+    return getattr(output, "loss", None)
 
 
 def _no_op(self: Any, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -226,8 +235,10 @@ class PrecisionDumpCallback:
             return
         self._watch.armed = None
         self._driver.end_step()
-        if not self._driver.dump_eval:
+        if not self._driver.dump_eval and self._driver.handle.config.monitor is None:
             self._watch.remove()
+        if self._driver.should_stop:       # monitor.on_trigger: stop
+            control.should_training_stop = True
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._driver.dump_eval:

@@ -77,6 +77,20 @@ def train_step(model, x):
     return loss
 
 
+def dump_mix(path, **kw):
+    """One training step of ``build(**kw)`` dumped by tsprobe (statistics, mix) into `path`."""
+    from ts_core import PrecisionDebugger
+
+    model, x = build(**kw)
+    dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level="mix", step=[0])
+    dbg.start(model)
+    train_step(model, x)
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    return str(path)
+
+
 def run_msprobe(out, task="tensor", level="mix"):
     """Dump two steps with msprobe's own PrecisionDebugger (run this in a subprocess): step 0 is
     the clean model, step 1 the same model with one weight of layers.1.fc1 perturbed."""

@@ -236,3 +236,37 @@ def test_tsprobe_recover_cli(tmp_path, capsys):
     assert main(["recover", str(tmp_path)]) == 0
     assert "1 records recovered" in capsys.readouterr().out
     assert main(["recover", str(tmp_path / "nothing")]) == 2
+
+
+class _Tied(torch.nn.Module):
+    """An input embedding and an output head sharing one weight (GPT-2, Llama, BERT do this)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(11, 6)
+        self.head = torch.nn.Linear(6, 11, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.emb(ids))
+
+
+def test_tied_weight_gradient_is_recorded_under_both_modules_with_autograds_values(tmp_path):
+    torch.manual_seed(0)
+    model = _Tied()
+    ids = torch.tensor([[1, 2, 3, 4]])
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), task="tensor", level="L0", step=[0],
+                            on_write_error="raise")
+    dbg.start(model)
+    model(ids).square().mean().backward()
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    rank = tmp_path / "step0" / "rank"
+    dump = load_dump(str(rank))
+    grads = [v for k, v in dump["data"].items() if ".parameters_grad" in k]
+    names = {g["weight"][0]["data_name"] for g in grads}
+    assert len(grads) == 2 and all((rank / "dump_tensor_data" / n).is_file() for n in names)
+    for n in names:      # the file holds the shared weight's whole gradient (autograd's)
+        np.testing.assert_array_equal(np.load(rank / "dump_tensor_data" / n), model.emb.weight.grad.numpy())
+    assert "incomplete" not in dump

@@ -13,6 +13,7 @@ import torch
 from ts_core.compare import compare
 from ts_core.compare.verdict import PASS
 
+from ..conftest import load_dump
 from ..torch_state import hooks_on, surface_changes, torch_surface
 from .harness import StepResult, differences, watch_leaves_of
 from .models import BATCH, build
@@ -129,6 +130,9 @@ def test_callback_step_is_bit_identical_recorded_and_restored(runner, arch, tmp_
         assert hooks_on(got.model) == []
         assert surface_changes(before, torch_surface()) == []
         dumps.append(got)
+    for name in ("a", "b"):       # every tensor file written (a tied weight's gradient too)
+        header = load_dump(str(tmp_path / name / "step0" / "rank"))
+        assert "incomplete" not in header, header.get("incomplete")
     data = rank_data(str(tmp_path / "a"))
     assert missing_leaf_records(data, dumps[0].model, dumps[0].calls) == []
     result = compare(tmp_path / "a", tmp_path / "b", verbose=False, html=False, workers=1)

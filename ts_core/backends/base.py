@@ -58,7 +58,6 @@ class Backend(abc.ABC):
         self._aliasing = self.apis.aliasing
         self._collective_prefixes = self.apis.collective_prefixes
         self._apis_installed = False
-        self._model_depths: list = []       # module-stack depth at each running hooked model's start
 
     @property
     def framework(self) -> str:
@@ -117,11 +116,10 @@ class Backend(abc.ABC):
     def watch_iterations(self, model: Any, on_begin: Callable[[], None], on_end: Callable[[], None]) -> None:
         """Call on_begin/on_end around every forward of the root model (token ranges)."""
         self.hooks.handles.append(model.register_forward_pre_hook(lambda m, a: on_begin()))
-        self.hooks.handles.append(model.register_forward_hook(lambda m, a, o: on_end(), always_call=True))
+        self.hooks.handles.append(self._forward_hook_impl(model, lambda m, a, o: on_end(), with_kwargs=False))
 
     def new_step(self) -> None:
         self.hooks.reset()
-        self._model_depths.clear()
         self._new_step_impl()
 
     def end_step(self) -> None:
@@ -221,15 +219,13 @@ class Backend(abc.ABC):
         if not self.hooks.hooked.add(model):
             return
         handles = self.hooks.handles
-        # The model itself is not recorded; its end ends whatever its submodules left open.
-        handles.append(model.register_forward_pre_hook(self._model_pre))
-        handles.append(self._register_post_hook_impl(model, self._model_post))
         for path, module in self._submodules_impl(model):
             name = path if index is None else f"{index}.{path}"
             base = f"{self.module_prefix}.{name}.{type(module).__name__}"
             handles.append(module.register_forward_pre_hook(
                 functools.partial(self._module_pre, base), with_kwargs=True))
-            handles.append(self._register_post_hook_impl(module, functools.partial(self._module_post, base)))
+            handles.append(self._forward_hook_impl(module, functools.partial(self._module_post, base),
+                                                   with_kwargs=True))
             for pname, param in self._own_parameters_impl(module).items():
                 if getattr(param, "requires_grad", False):
                     handle = self._hook_param_impl(base, pname, param)
@@ -277,18 +273,11 @@ class Backend(abc.ABC):
                 col.end(call)
         return None
 
-    def _model_pre(self, model: Any, args: tuple) -> None:
-        self._model_depths.append(len(self.collector.module_stack))
-
-    def _model_post(self, model: Any, args: tuple, kwargs: dict, output: Any) -> None:
-        if self._model_depths:
-            with internal():
-                self._end_stale(self._model_depths.pop())
-
     def _end_stale(self, depth: Optional[int]) -> None:
         """End the module calls above `depth` on the module stack: calls whose forward hook never
         ran (a module that bypasses it) must not stay the parent of everything recorded after
-        them. Their forward records are written with a null output."""
+        them. Run when an enclosing module's call ends; their forward records are written with
+        a null output. (No hook on the root model: its hooks would stay on it between steps.)"""
         col = self.collector
         stack = col.module_stack
         if depth is None:
@@ -351,11 +340,6 @@ class Backend(abc.ABC):
         """A new gradient capture reporting to `emit`: ``before_call(args, kwargs)`` returns the
         arguments the call runs with (a tap may substitute aliases; then ``replaces_inputs``)."""
 
-    def _register_post_hook_impl(self, module: Any, fn: Callable) -> Any:
-        """Have ``fn(module, args, kwargs, output)`` run after every call of `module`, also when
-        it raises (output None); returns a removable handle."""
-        return module.register_forward_hook(fn, with_kwargs=True, always_call=True)
-
     def _hook_grad_impl(self, tensor: Any, fn: Callable[[Any], None]) -> None:
         """``fn(grad)`` when `tensor`'s gradient arrives (a hook the backend can release)."""
         tensor.register_hook(fn)
@@ -379,6 +363,22 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def _rank_impl(self) -> Optional[int]:
         """See ``rank``."""
+
+    def _forward_hook_impl(self, module: Any, hook: Callable, with_kwargs: bool) -> Any:
+        """Register `hook` to run after every forward of `module`, also when the forward raises
+        (``always_call``), so a failed call never leaves its record open; returns the handle."""
+        return module.register_forward_hook(hook, with_kwargs=with_kwargs, always_call=True)
+
+    def _param_grad_hook_impl(self, param: Any, callback: Callable[[Any], None]) -> Any:
+        """Monitor mode: have `callback(grad)` see each gradient of `param` (unchanged); returns
+        the hook's removable handle, or None when nothing was hooked."""
+        return None
+
+    def _grad_hook_impl(self, tensor: Any, callback: Callable[[Any], None]) -> bool:
+        """Monitor mode: have `callback(grad)` see the gradient of `tensor` (`callback` returns
+        None, so the gradient is unchanged); False when the tensor cannot get one."""
+        tensor.register_hook(callback)
+        return True
 
     def _check_runtime_impl(self) -> None:
         """Before installing: warn about a framework mode in which hooks cannot run."""

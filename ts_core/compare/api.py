@@ -8,14 +8,19 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..dumpfmt import DumpUnit, rank_number, write_json_atomic
 from .engine import Options, compare_pair
 from .errors import DumpFormatError
 from .html import write_html
 from .loader import find_dumps, pair_units
 from .matching import default_normalise
+from .ranks import rank_summary, timeline
 from .report import terminal_text, write_csv, write_summary
-from .result import CompareResult
+from .result import CompareResult, PairResult
 from .verdict import DEFAULT_TOLERANCES
+
+
+RANKS_JSON = "ranks.json"
 
 
 def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Optional[os.PathLike | str] = None,
@@ -46,10 +51,10 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
         n_workers = 1
     if n_workers > 1:
         with ProcessPoolExecutor(max_workers=n_workers) as pool:
-            futures = [pool.submit(compare_pair, g, t, opts, False) for g, t in pairs]
+            futures = [pool.submit(_compare_unit, g, t, opts, False) for g, t in pairs]
             results = [f.result() for f in futures]
     else:
-        results = [compare_pair(g, t, opts, progress) for g, t in pairs]
+        results = [_compare_unit(g, t, opts, progress) for g, t in pairs]
     tolerances = {k: v.to_dict() for k, v in DEFAULT_TOLERANCES.items()}
     overrides = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
     if overrides:
@@ -61,11 +66,22 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
         options={"stats_only": stats_only, "equal_nan": equal_nan,
                  "normalise": getattr(normalise, "__name__", str(normalise)),
                  "crossframework": crossframework, "mapping": opts.mapping})
+    if len({p.rank for p in results}) > 1:      # many ranks: one merged summary over them
+        result.ranks = rank_summary(result)
     if output_dir is not None:
         write_outputs(result, Path(output_dir), html=html)
     if verbose:
         print(terminal_text(result), file=sys.stdout)
     return result
+
+
+def _compare_unit(golden: DumpUnit, target: DumpUnit, opts: Options, progress: Optional[bool]) -> PairResult:
+    """One step/rank pair; a numbered rank (a distributed run) also keeps its timeline, so the
+    many-rank summary can be made later from saved results (``tsprobe merge``)."""
+    pair = compare_pair(golden, target, opts, progress)
+    if rank_number(golden.rank) is not None or rank_number(target.rank) is not None:
+        pair.timeline = timeline(pair)
+    return pair
 
 
 def _labels(units) -> str:
@@ -86,10 +102,14 @@ def write_outputs(result: CompareResult, out: Path, html: bool = True) -> None:
     result.files = {"csv": str(out / "compare.csv"), "summary": str(out / "summary.json")}
     if html:
         result.report_path = result.files["html"] = str(out / "report.html")
+    if result.ranks.get("steps"):
+        result.files["ranks"] = str(out / RANKS_JSON)
     write_csv(result.rows, out / "compare.csv")
     if html:
         write_html(result, out / "report.html")
     write_summary(result, out / "summary.json")
+    if result.ranks.get("steps"):
+        write_json_atomic(out / RANKS_JSON, result.ranks)
 
 
 __all__ = ["compare", "write_outputs"]

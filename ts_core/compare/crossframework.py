@@ -29,14 +29,18 @@ from .matching import align, default_normalise
 MAPPING_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "backends", "mindspore", "torch_mapping.yaml")
 TORCH, MINDSPORE = "pytorch", "mindspore"
-_ALIASES = {"pytorch": TORCH, "torch": TORCH, "pt": TORCH, "mindspore": MINDSPORE, "ms": MINDSPORE}
+# mindtorch (torch's API on MindSpore, msprobe's MSAdapter scenario) records torch's vocabulary:
+# against PyTorch it is the same framework here, against MindSpore it is crossed like PyTorch.
+_ALIASES = {"pytorch": TORCH, "torch": TORCH, "pt": TORCH, "mindtorch": TORCH,
+            "mindspore": MINDSPORE, "ms": MINDSPORE}
 _GROUP_EVAL_LIMIT = 20_000      # above this many forward calls, groups are applied without trying both ways
 
 _cache: Dict[str, dict] = {}
 
 
 def framework_of(name: str) -> str:
-    """``pytorch``/``mindspore`` (aliases accepted), else the lower-cased name ("" if unknown)."""
+    """The vocabulary a dump's framework records: ``pytorch`` (also for mindtorch) or
+    ``mindspore`` (aliases accepted), else the lower-cased name ("" if unknown)."""
     n = (name or "").strip().lower()
     return _ALIASES.get(n, n)
 

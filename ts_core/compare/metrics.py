@@ -6,6 +6,7 @@ with bounded memory; every metric is an exact accumulation over the chunks.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional, Tuple
 
@@ -148,6 +149,19 @@ class _Accumulator:
             pos = int(np.flatnonzero(bad)[0])
             self._set_worst(math.inf, offset + pos, g[pos], t[pos])
 
+    def merge_native(self, sums: list, counts: list, g: np.ndarray, t: np.ndarray) -> None:
+        """Add one part computed by the native kernel (compare.c's Sums/Counts layout)."""
+        dot, gg, tt, sq, abs_sum, max_abs, max_rel, score, _, _ = sums
+        n, n_finite, close, w1, w5, g_nan, t_nan, g_inf, t_inf, mismatch, pos = counts
+        self.dot += dot; self.gg += gg; self.tt += tt; self.sq += sq; self.abs_sum += abs_sum
+        self.max_abs = max(self.max_abs, max_abs)
+        self.max_rel = max(self.max_rel, max_rel)
+        self.n += n; self.n_finite += n_finite; self.close += close; self.w1 += w1; self.w5 += w5
+        self.g_nan += g_nan; self.t_nan += t_nan; self.g_inf += g_inf; self.t_inf += t_inf
+        self.mismatch += mismatch
+        if pos >= 0 and score > self.worst_score:
+            self._set_worst(score, pos, g[pos], t[pos])
+
     def _set_worst(self, score: float, pos: int, g: float, t: float) -> None:
         self.worst_score, self.worst_pos = score, pos
         self.worst_g, self.worst_t = float(g), float(t)
@@ -179,11 +193,16 @@ def compare_arrays(golden: np.ndarray, target: np.ndarray, rtol: float, atol: fl
 
     ``target`` is judged against ``golden`` (numpy.isclose semantics:
     |t - g| <= atol + rtol * |g|). The worst element is the one furthest outside that bound.
+    float32/float64 pairs go through the native one-pass kernel (both cores for large
+    pairs); other dtypes, or no compiler, take the numpy accumulator (same results).
     """
     if golden.size != target.size:
         raise ValueError(f"size differs: {golden.size} vs {target.size}")
     shape = tuple(golden.shape)
     g_flat, t_flat = golden.reshape(-1), target.reshape(-1)
+    native_result = _compare_native(g_flat, t_flat, rtol, atol, equal_nan, chunk)
+    if native_result is not None:
+        return native_result.result(shape)
     if np.iscomplexobj(golden) or np.iscomplexobj(target):
         g_flat, t_flat = _as_float64(g_flat), _as_float64(t_flat)
         shape = (g_flat.size,)
@@ -191,6 +210,47 @@ def compare_arrays(golden: np.ndarray, target: np.ndarray, rtol: float, atol: fl
     for start in range(0, g_flat.size, chunk):
         acc.update(_as_float64(g_flat[start:start + chunk]), _as_float64(t_flat[start:start + chunk]), start)
     return acc.result(shape)
+
+
+_NATIVE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}
+PARALLEL_MIN = 1 << 20          # elements per thread at least: smaller pairs run on one thread
+_pool = None
+
+
+def _threads():
+    global _pool
+    if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _pool = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)),
+                                   thread_name_prefix="tsprobe-compare")
+    return _pool
+
+
+def _compare_native(g: np.ndarray, t: np.ndarray, rtol: float, atol: float, equal_nan: bool,
+                    chunk: int) -> Optional[_Accumulator]:
+    """The accumulator filled by the native kernel, or None (not float32/float64, not
+    contiguous, or no kernel). Large pairs are split at chunk boundaries over threads (the
+    kernel releases the GIL) and the parts merged in order, as the chunk walk would."""
+    from .. import native
+
+    gc, tc = _NATIVE_CODES.get(g.dtype), _NATIVE_CODES.get(t.dtype)
+    if gc is None or tc is None or not native.available() or not (g.flags.c_contiguous and t.flags.c_contiguous):
+        return None
+    n = g.size
+    ga, ta = g.ctypes.data, t.ctypes.data
+    parts = max(1, min(_threads()._max_workers, n // PARALLEL_MIN)) if n >= 2 * PARALLEL_MIN else 1
+    step = -(-n // parts)
+    step = -(-step // chunk) * chunk            # split on chunk boundaries
+    bounds = [(b, min(b + step, n)) for b in range(0, n, step)] or [(0, 0)]
+    call = lambda b: native.compare_range(ga, gc, ta, tc, b[0], b[1], chunk, rtol, atol, equal_nan)  # noqa: E731
+    results = list(_threads().map(call, bounds)) if len(bounds) > 1 else [call(bounds[0])]
+    if any(r is None for r in results):
+        return None
+    acc = _Accumulator(rtol, atol, equal_nan)
+    for sums, counts in results:             # in element order: the earlier part wins ties
+        acc.merge_native(sums, counts, g, t)
+    return acc
 
 
 @dataclass

@@ -13,7 +13,7 @@ from .text import terminal_text
 __all__ = ["write_csv", "write_summary", "terminal_text"]
 
 
-def _csv_value(v: Any) -> Any:
+def csv_value(v: Any) -> Any:
     """Numbers stay numbers at full precision; NaN/Inf as JSON writes them ("nan", "inf")."""
     if v is None:
         return ""
@@ -29,7 +29,7 @@ def write_csv(rows: List[Row], path: Path) -> None:
         w = csv.writer(f)
         w.writerow(CSV_COLUMNS)
         for r in rows:
-            w.writerow([_csv_value(getattr(r, c)) for c in CSV_COLUMNS])
+            w.writerow([csv_value(getattr(r, c)) for c in CSV_COLUMNS])
 
 
 def write_summary(result: CompareResult, path: Path) -> None:

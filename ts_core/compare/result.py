@@ -134,11 +134,14 @@ class PairResult:
     counts: Dict[str, int] = field(default_factory=dict)
     modes: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
+    timeline: Dict[str, Any] = field(default_factory=dict)   # many ranks: see ranks.timeline
 
     def to_dict(self, with_rows: bool = False) -> dict:
         d = {"step": self.step, "rank": self.rank, "golden": self.golden, "target": self.target,
              "counts": self.counts, "modes": self.modes, "note": self.note, "warnings": self.warnings,
              "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None}
+        if self.timeline:
+            d["timeline"] = self.timeline
         if with_rows:
             d["rows"] = [r.to_dict() for r in self.rows]
         return d
@@ -165,6 +168,7 @@ class CompareResult:
     output_dir: Optional[str] = None
     report_path: Optional[str] = None
     files: Dict[str, str] = field(default_factory=dict)
+    ranks: Dict[str, Any] = field(default_factory=dict)      # many ranks: see ranks.rank_summary
 
     @property
     def rows(self) -> List[Row]:
@@ -172,8 +176,15 @@ class CompareResult:
 
     @property
     def first_divergence(self) -> Optional[FirstDivergence]:
+        """The earliest step's first divergence; with many ranks, that of the rank that diverged
+        first (``ranks``), else of the lowest rank."""
         for p in self.pairs:
             if p.first_divergence:
+                step = next((s for s in self.ranks.get("steps", []) if s["step"] == p.step), None)
+                first = step["diverged_first"] if step else []
+                for q in self.pairs:
+                    if q.step == p.step and first and q.rank == first[0] and q.first_divergence:
+                        return q.first_divergence
                 return p.first_divergence
         return None
 
@@ -206,7 +217,7 @@ class CompareResult:
             "first_divergence": fd.to_dict() if fd else None, "first_divergence_note": note,
             "pairs": [p.to_dict() for p in self.pairs],
             "unpaired_golden": self.unpaired_golden, "unpaired_target": self.unpaired_target,
-            "files": self.files,
+            "files": self.files, **({"ranks": self.ranks} if self.ranks.get("steps") else {}),
         })
 
     def to_json(self, with_rows: bool = False, **kw) -> str:

@@ -1,10 +1,12 @@
-"""``tsprobe summary DUMP``: what a dump holds, and the first record carrying NaN/Inf."""
+"""``tsprobe summary DUMP``: what a dump holds, and the first record carrying NaN/Inf (its first
+line: the earliest step's first NaN/Inf, with the source line that made the call)."""
 from __future__ import annotations
 
 import math
 import os
 from typing import Any, Dict, List, Optional
 
+from ..dumpfmt import forward_key
 from .loader import Dump, find_dumps, is_tensor_summary
 from .matching import BACKWARD, FORWARD, OTHER
 from .metrics import STAT_NAMES, _num
@@ -39,7 +41,7 @@ def summarize(path: os.PathLike | str) -> List[Dict[str, Any]]:
                         bad = _nonfinite(e.leaf)
                         if bad and first_bad is None:
                             first_bad = {"key": c.key, "tensor": f"{c.key}.{e.arg}", "direction": direction,
-                                         "stats": bad}
+                                         "stats": bad, "source": _source(dump, c.key)}
         out.append({"path": str(unit.json_path), "step": unit.step, "rank": unit.rank, "task": dump.task,
                     "level": dump.level, "framework": dump.framework, "records": len(calls), "counts": counts,
                     "tensors": tensors, "tensor_files": with_data, "tensor_mode": with_data > 0,
@@ -47,8 +49,20 @@ def summarize(path: os.PathLike | str) -> List[Dict[str, Any]]:
     return out
 
 
+def _source(dump: Dump, key: str) -> Optional[str]:
+    """The innermost recorded frame of the call (its forward's stack): ``File F, line L, in
+    FUNC: CODE``, or None when the dump has no stack for it."""
+    frames = dump.stacks.get(forward_key(key)) or dump.stacks.get(key)
+    return frames[0].replace(", \n ", ": ").strip() if frames else None
+
+
 def summary_text(items: List[Dict[str, Any]]) -> str:
     lines = []
+    bad = next((i for i in items if i["first_nonfinite"]), None)
+    if bad is not None:
+        nf = bad["first_nonfinite"]
+        lines.append(f"first NaN/Inf: step {bad['step']} {bad['rank'] or '-'}: {nf['tensor']} ({nf['direction']}; "
+                     f"{nf['stats']})" + (f" at {nf['source']}" if nf.get("source") else ""))
     steps = sorted({i["step"] for i in items if i["step"] is not None})
     ranks = sorted({i["rank"] for i in items})
     lines.append(f"{len(items)} dump(s); steps: {steps or '-'}; ranks: {ranks}")

@@ -49,6 +49,10 @@ def terminal_text(result: Any, max_rows: int = 12) -> str:
         lines.extend(f"warning: {w}" for w in p.warnings)
     if result.unpaired_golden or result.unpaired_target:
         lines.append(f"unpaired dumps: golden {result.unpaired_golden}, target {result.unpaired_target}")
+    if getattr(result, "ranks", None) and result.ranks.get("steps"):
+        from .ranks import ranks_text     # ranks.py imports result.py, which imports this module
+
+        lines.append(ranks_text(result.ranks))
     if result.report_path:
         lines.append(f"report: {result.report_path}")
     return "\n".join(lines)

@@ -12,7 +12,8 @@ from .jsonio import (json_by_line, json_safe, read_json, read_json_optional, wri
 from .keys import (BACKWARD, DEBUG, FORWARD, MODULE_PREFIXES, OTHER, PARAMETERS_GRAD, KeyInfo, api_key, debug_key, forward_key,
                    module_base, module_key, params_grad_key, parse_key, split_module_name, value_name,
                    without_direction)
-from .layout import (CONSTRUCT_JSON, DUMP_JSON, JOURNAL, STACK_JSON, TENSOR_DIR, TOKEN_MAP, DumpUnit, find_dumps,
+from .layout import (CONSTRUCT_JSON, DUMP_JSON, JOURNAL, MONITOR_JSONL, STACK_JSON, TENSORBOARD_DIR, TENSOR_DIR,
+                     TOKEN_MAP, DumpUnit, find_dumps,
                      find_journal_dirs, is_rank_dir, parse_step_dir, rank_dir, rank_dir_name, rank_number,
                      step_dir_name, tensor_file_name, unit_for)
 from .rankdir import (RankFiles, read_construct, read_header_and_data, read_rank_files, read_stacks, stack_groups,
@@ -21,6 +22,7 @@ from .records import INPUT, OUTPUT, PARAMETER, STAT_FIELDS, Entry, is_tensor_sum
 from .refstats import crc32_hex, reference_stats
 from .token_map import merge_token_maps, read_token_map, write_token_map
 from .by_request import split_by_request
+from .fingerprint import FINGERPRINT_JSON, read_fingerprint, write_fingerprint
 
 __all__ = [
     "DumpFormatError", "TensorFileError",
@@ -29,7 +31,8 @@ __all__ = [
     "BACKWARD", "DEBUG", "FORWARD", "MODULE_PREFIXES", "OTHER", "PARAMETERS_GRAD", "KeyInfo", "api_key", "debug_key", "forward_key",
     "module_base", "module_key", "params_grad_key", "parse_key", "split_module_name", "value_name",
     "without_direction",
-    "CONSTRUCT_JSON", "DUMP_JSON", "JOURNAL", "STACK_JSON", "TENSOR_DIR", "TOKEN_MAP", "DumpUnit", "find_dumps",
+    "CONSTRUCT_JSON", "DUMP_JSON", "JOURNAL", "MONITOR_JSONL", "STACK_JSON", "TENSORBOARD_DIR", "TENSOR_DIR",
+    "TOKEN_MAP", "DumpUnit", "find_dumps",
     "find_journal_dirs", "is_rank_dir", "parse_step_dir", "rank_dir", "rank_dir_name", "rank_number",
     "step_dir_name", "tensor_file_name", "unit_for",
     "RankFiles", "read_construct", "read_header_and_data", "read_rank_files", "read_stacks", "stack_groups",
@@ -38,4 +41,5 @@ __all__ = [
     "record_entries",
     "crc32_hex", "reference_stats",
     "merge_token_maps", "read_token_map", "write_token_map", "split_by_request",
+    "FINGERPRINT_JSON", "read_fingerprint", "write_fingerprint",
 ]

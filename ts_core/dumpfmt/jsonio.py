@@ -47,16 +47,20 @@ def write_json_atomic(path: "os.PathLike | str", obj: Any, indent: Optional[int]
     write_text_atomic(path, text + "\n")
 
 
-def json_by_line(head: Dict[str, Any], field: Optional[str] = None, items: Optional[Dict[str, Any]] = None) -> str:
+def json_by_line(head: Dict[str, Any], field: Optional[str] = None, items: Optional[Dict[str, Any]] = None,
+                 encoded: bool = False) -> str:
     """JSON text of `head` (plus `field`: `items`) with one entry per line.
 
     Each entry is encoded by the C encoder (``json.dumps`` without indent), which is ~10x
     faster than ``json.dump(..., indent=...)``; one line per record keeps the file readable.
+    ``encoded``: the values of `items` are JSON text already (the live writer encodes each
+    record once, for its journal line and for dump.json).
     """
     dumps = json.dumps
     parts = [f"{dumps(k)}: {dumps(v)}" for k, v in head.items()]
     if field is not None:
-        body = ",\n".join(f"{dumps(k)}: {dumps(v)}" for k, v in (items or {}).items())
+        enc = (lambda v: v) if encoded else dumps
+        body = ",\n".join(f"{dumps(k)}: {enc(v)}" for k, v in (items or {}).items())
         parts.append(f"{dumps(field)}: {{\n{body}\n}}" if body else f"{dumps(field)}: {{}}")
     return "{" + ",\n".join(parts) + "}\n"
 

@@ -43,10 +43,10 @@ def module_base(path: str, class_name: str, prefix: str = "Module") -> str:
     return f"{prefix}.{path}.{class_name}" if path else f"{prefix}.{class_name}"
 
 
-def value_name(key: str, *parts: object) -> str:
-    """``KEY.input.0``, ``KEY.parameters.weight``: the name of one value of a record (and the
-    stem of its tensor file)."""
-    return ".".join([key, *map(str, parts)])
+def value_name(key: str, part: object, index: object = None) -> str:
+    """``KEY.input.0``, ``KEY.parameters.weight``, ``NAME.0`` (a nested value): the name of one
+    value of a record (and the stem of its tensor file). On the recording hot path."""
+    return f"{key}.{part}" if index is None else f"{key}.{part}.{index}"
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ dump_path/step{N}/rank{R}/        ("rank" without a number when not distributed)
     dump.json  stack.json  construct.json  journal.jsonl (until the step is closed)
     token_map.json (token-range inference capture: which rows are which request and token)
     dump_tensor_data/KEY.input.0.npy ...
+dump_path/monitor.jsonl  dump_path/tensorboard/rank{R}/   (monitor mode)
 ```
 msprobe names rank folders ``rank{R}`` too, or ``proc{PID}``; both are read.
 """
@@ -25,6 +26,8 @@ CONSTRUCT_JSON = "construct.json"
 JOURNAL = "journal.jsonl"         # append-only record log; what a run killed before stop() leaves
 TENSOR_DIR = "dump_tensor_data"
 TOKEN_MAP = "token_map.json"      # token-range inference capture, see token_map.py
+MONITOR_JSONL = "monitor.jsonl"   # monitor mode: one line per step and rank, at the dump root
+TENSORBOARD_DIR = "tensorboard"   # monitor mode: default TensorBoard folder, at the dump root
 TENSOR_SUFFIX = ".npy"
 
 _STEP = re.compile(r"^step(\d+)$")

@@ -3,7 +3,7 @@
 Backends call ``begin`` when a call starts, ``forward_inputs`` before it runs (so in-place ops
 cannot change what is recorded), ``forward_outputs`` after it, and ``backward`` when its
 gradients arrive. Records wait in memory only until their statistics are resolved, which
-happens in one batch every ``FLUSH_RECORDS`` tensors or ``FLUSH_SECONDS``.
+happens in one batch every ``FLUSH_RECORDS`` records or ``FLUSH_SECONDS``.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from ..writer import DumpDir
 from .stack import StackRecorder
 from .summary import Summarizer, TensorAdapter
 
-FLUSH_RECORDS = 512
+FLUSH_RECORDS = 512     # records waiting in memory before they go to the journal
 FLUSH_SECONDS = 0.5     # a record reaches the journal at most ~this long after it was collected
 
 
@@ -85,6 +85,7 @@ class Collector:
                             raise_on_error=self.cfg.on_write_error == "raise", warned=self._write_warned)
         if self._idle_flusher is None:
             self._idle_flusher = _IdleFlusher(self)
+        self.summ.reset()
         self.summ.save_tensor = self.dump.save_tensor if tensor_mode else None
         self.summ.link_tensor = self.dump.link_tensor if tensor_mode else None
         self._last_flush = time.monotonic()
@@ -195,7 +196,7 @@ class Collector:
     # -- output -------------------------------------------------------------------------
     def _emit(self, dump: DumpDir, key: str, rec: Any) -> None:
         self._pending.append((dump, key, rec))
-        if len(self.summ.pending) >= FLUSH_RECORDS or time.monotonic() - self._last_flush > FLUSH_SECONDS:
+        if len(self._pending) >= FLUSH_RECORDS or time.monotonic() - self._last_flush > FLUSH_SECONDS:
             self.flush()
 
     def _construct(self, dump: DumpDir, key: str, parent: Optional[str]) -> None:

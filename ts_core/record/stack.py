@@ -1,7 +1,8 @@
 """Call stacks for stack.json, cheap enough for every call.
 
 A capture walks raw frames (no source reads, no ``inspect``), drops tool and framework frames,
-and looks the result up in a cache; source lines are read once per distinct stack. Works under
+and looks the result up in a cache; source lines are read and formatted once per distinct stack
+for the whole run (ids restart in each dump folder, the text does not change). Works under
 ``python -c`` (the source line is simply empty).
 """
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _TOOL_DIRS = tuple(os.path.join(_ROOT, pkg) + os.sep for pkg in ("ts_core", "ts_integrations"))
@@ -18,30 +19,39 @@ _TOOL_DIRS = tuple(os.path.join(_ROOT, pkg) + os.sep for pkg in ("ts_core", "ts_
 class StackRecorder:
     def __init__(self, skip_dirs: Sequence[str] = ()):
         self._skip_dirs = tuple(_TOOL_DIRS) + tuple(d.rstrip(os.sep) + os.sep for d in skip_dirs)
-        self._skip: Dict[str, bool] = {}
-        self._ids: Dict[Tuple, int] = {}
+        # id(code) -> (code, left out?): holding the code object keeps its id from being reused,
+        # and ints hash in no time (a code object's own hash is recomputed on every lookup)
+        self._codes: Dict[int, Tuple[Any, bool]] = {}
+        self._ids: Dict[Tuple, int] = {}           # this folder's stack ids
+        self._text: Dict[Tuple, List[str]] = {}    # formatted frames, kept across folders
 
     def capture(self) -> Tuple[int, Optional[List[str]]]:
         """(stack id, formatted frames if this stack is new else None)."""
         frames = []
-        skip = self._skip
+        codes = self._codes
         f = sys._getframe(1)
         while f is not None:
             code = f.f_code
-            name = code.co_filename
-            s = skip.get(name)
-            if s is None:
-                s = skip[name] = name.startswith(self._skip_dirs)
-            if not s:
-                frames.append((name, f.f_lineno, code.co_name))
+            entry = codes.get(id(code))
+            if entry is None:
+                entry = codes[id(code)] = (code, code.co_filename.startswith(self._skip_dirs))
+            if not entry[1]:
+                frames.append(id(code))
+                frames.append(f.f_lineno)
             f = f.f_back
         key = tuple(frames)
         sid = self._ids.get(key)
         if sid is not None:
             return sid, None
         sid = self._ids[key] = len(self._ids)
-        return sid, [f"File {fn}, line {ln}, in {func}, \n {linecache.getline(fn, ln).strip()}"
-                     for fn, ln, func in frames]
+        text = self._text.get(key)
+        if text is None:
+            text = self._text[key] = [self._format(codes[key[i]][0], key[i + 1]) for i in range(0, len(key), 2)]
+        return sid, text
+
+    @staticmethod
+    def _format(code: Any, line: int) -> str:
+        return f"File {code.co_filename}, line {line}, in {code.co_name}, \n {linecache.getline(code.co_filename, line).strip()}"
 
     def reset(self) -> None:
         """A new dump folder: stacks are numbered afresh."""

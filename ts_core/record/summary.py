@@ -42,6 +42,9 @@ class TensorAdapter(Protocol):
     def describe_other(self, value: Any) -> Optional[dict]:
         """Framework-specific non-tensor values (dtype, device, Size); None if not one."""
 
+    def reset(self) -> None:
+        """A new step: forget per-step caches (statistics of tensors seen unchanged)."""
+
 
 _PLAIN = (bool, int, float, str)
 
@@ -56,7 +59,7 @@ class Summarizer:
         self.save_tensor = save_tensor       # tensor mode: (value name, snapshot) -> file name
         self.pending: List[Tuple[dict, Any, str]] = []
         self.link_tensor: Optional[Callable[[str, str], str]] = None   # (existing file, value name) -> file
-        self._seen: dict = {}          # content key -> (weakref, crc, file), one flush window
+        self._seen: dict = {}          # content key -> (weakref, crc, file), one step folder
 
     def summarize(self, value: Any, name: str) -> Any:
         """Summary of `value`; `name` is the data-name prefix (``KEY.input.0``) for tensor files."""
@@ -84,17 +87,25 @@ class Summarizer:
         ad = self.adapter
         out = ad.meta(t)                    # field order as msprobe writes it
         handle = ad.stats(t)
-        out.update(Max=None, Min=None, Mean=None, Norm=None)
-        if handle is not None:
-            self.pending.append((out, handle, out["dtype"]))   # filled by resolve()
+        if type(handle) is list:            # already on the host (native kernel): filled now
+            dtype = out["dtype"]
+            out["Max"] = _typed(handle[0], dtype, "Max")
+            out["Min"] = _typed(handle[1], dtype, "Min")
+            out["Mean"] = handle[2]
+            out["Norm"] = handle[3]
+        else:
+            out["Max"] = out["Min"] = out["Mean"] = out["Norm"] = None
+            if handle is not None:
+                self.pending.append((out, handle, out["dtype"]))   # filled by resolve()
         out["requires_grad"] = ad.requires_grad(t)
         if self.md5 or self.save_tensor is not None:
             self._content(t, name, out)
         return out
 
     def _content(self, t: Any, name: str, out: dict) -> None:
-        """CRC and tensor file. A tensor seen unchanged earlier in this flush window (one call's
-        output is the next call's input) reuses its CRC, and its file is linked, not rewritten."""
+        """CRC and tensor file. A tensor seen unchanged earlier in this step (one call's output is
+        the next call's input; a weight used forward and again by the optimizer) reuses its CRC,
+        and its file is linked, not rewritten."""
         ad = self.adapter
         key_of = getattr(ad, "content_key", None)
         key = key_of(t) if key_of is not None else None
@@ -113,9 +124,13 @@ class Summarizer:
         if key is not None and seen is None:
             self._seen[key] = (weakref.ref(t), out.get("md5"), file_name)
 
+    def reset(self) -> None:
+        """A new step folder: nothing seen yet (links never cross folders)."""
+        self._seen.clear()
+        self.adapter.reset()
+
     def resolve(self) -> None:
         """Fill every pending statistic with one host transfer."""
-        self._seen.clear()
         n = len(self.pending)          # entries appended meanwhile (another thread) stay queued
         if not n:
             return
@@ -131,13 +146,19 @@ def _plain(v: Any) -> Any:
     return v if v is None or isinstance(v, _PLAIN) else str(v)
 
 
+_KINDS: dict = {}
+
+
 def _typed(v: Optional[float], dtype: str, field: str) -> Any:
     """Integer/bool tensors keep integer/bool Max and Min, as msprobe writes them."""
     if v is None or v != v or field in ("Mean", "Norm"):
         return v
-    dtype = dtype.lower()           # torch.int64, MindSpore Int32
-    if "bool" in dtype:
+    kind = _KINDS.get(dtype)
+    if kind is None:
+        low = dtype.lower()             # torch.int64, MindSpore Int32
+        kind = _KINDS[dtype] = "bool" if "bool" in low else "int" if "int" in low else "float"
+    if kind == "bool":
         return bool(v)
-    if "int" in dtype and abs(v) < 2**53:
+    if kind == "int" and abs(v) < 2**53:
         return int(v)
     return v

@@ -6,6 +6,7 @@ and let training go on, unless the config says ``on_write_error: raise``.
 """
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
@@ -14,6 +15,8 @@ from ..dumpfmt import JOURNAL, TENSOR_DIR, tensor_file_name, write_rank_files
 from ..errors import DumpWriteError
 from .journal import Journal, read_journal
 from .tensor_files import TensorFileWriter
+
+_dumps = json.JSONEncoder(separators=(", ", ": ")).encode
 
 
 def _survive_file_size_limit() -> None:
@@ -35,7 +38,7 @@ class DumpDir:
         self.path = path
         self.header = dict(header)       # task, level, framework
         self.raise_on_error = raise_on_error
-        self.data: Dict[str, Any] = {}
+        self.data: Dict[str, str] = {}      # key -> record as JSON text
         self.construct: Dict[str, Optional[str]] = {}
         self.stacks: Dict[int, Tuple[List[str], List[str]]] = {}
         self.incomplete = False
@@ -58,27 +61,29 @@ class DumpDir:
 
     # -- collecting ---------------------------------------------------------------------
     def add_record(self, key: str, record: Any) -> None:
-        self.data[key] = record
+        """`record` is final (its statistics resolved): it is encoded once, here."""
+        text = _dumps(record)
+        self.data[key] = text
         self._dirty = True
         if self._journal is not None:
-            self._journal.append({"t": "data", "k": key, "v": record})
+            self._journal.append_record(key, text)
 
     def add_construct(self, key: str, parent: Optional[str]) -> None:
         self.construct[key] = parent
         self._dirty = True
         if self._journal is not None:
-            self._journal.append({"t": "construct", "k": key, "v": parent})
+            self._journal.append_construct(key, parent)
 
     def add_stack(self, key: str, stack_id: int, frames: List[str]) -> None:
         entry = self.stacks.get(stack_id)
         if entry is None:
             entry = self.stacks[stack_id] = ([], frames)
             if self._journal is not None:
-                self._journal.append({"t": "stackdef", "k": stack_id, "v": frames})
+                self._journal.append_stackdef(stack_id, frames)
         entry[0].append(key)
         self._dirty = True
         if self._journal is not None:
-            self._journal.append({"t": "stack", "k": key, "v": stack_id})
+            self._journal.append_stack(key, stack_id)
 
     def save_tensor(self, value_name: str, snapshot: Any) -> str:
         """Queue the tensor file of one value (``KEY.input.0``); returns its file name, which
@@ -92,6 +97,8 @@ class DumpDir:
         """A second name for a tensor file already queued (same data): a hard link, written in
         queue order after the original, so no bytes are copied or stored twice."""
         file_name = tensor_file_name(value_name)
+        if file_name == existing:           # the same value again (a tied weight's gradient)
+            return file_name
         if self._tensors is not None and not self.incomplete:
             self._tensors.submit_link(os.path.join(self.tensor_dir, existing),
                                       os.path.join(self.tensor_dir, file_name))
@@ -117,7 +124,8 @@ class DumpDir:
             head = self._header_json()
             if self.incomplete:
                 head["incomplete"] = True
-            write_rank_files(self.path, head, self.data, list(self.stacks.values()), self.construct)
+            write_rank_files(self.path, head, self.data, list(self.stacks.values()), self.construct,
+                             data_encoded=True)
             self._dirty = False
         except OSError as exc:
             self._failed(exc)

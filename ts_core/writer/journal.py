@@ -8,7 +8,26 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterator, List
+import re
+from typing import Iterator, List, Optional
+
+_PLAIN = re.compile(r"[A-Za-z0-9_.:\-]*\Z").match
+
+
+_FRAMES_JSON: dict = {}
+
+
+def _frames_json(frames: List[str]) -> str:
+    """A stack's frames as JSON, encoded once per distinct stack (the recorder reuses the list)."""
+    text = _FRAMES_JSON.get(id(frames))
+    if text is None or text[0] is not frames:
+        text = _FRAMES_JSON[id(frames)] = (frames, json.dumps(frames))
+    return text[1]
+
+
+def json_string(text: str) -> str:
+    """``json.dumps(text)``, without the encoder for the usual key made of plain characters."""
+    return f'"{text}"' if _PLAIN(text) else json.dumps(text)
 
 
 class Journal:
@@ -19,6 +38,21 @@ class Journal:
 
     def append(self, entry: dict) -> None:
         self._buf.append(json.dumps(entry, separators=(",", ":")))
+
+    def append_record(self, key: str, record_json: str) -> None:
+        """A data entry whose record is JSON text already (encoded once for journal and dump.json)."""
+        self._buf.append(f'{{"t":"data","k":{json_string(key)},"v":{record_json}}}')
+
+    def append_stack(self, key: str, stack_id: int) -> None:
+        """`key` was called from stack `stack_id` (one line per recorded call: no dict encoding)."""
+        self._buf.append(f'{{"t":"stack","k":{json_string(key)},"v":{int(stack_id)}}}')
+
+    def append_stackdef(self, stack_id: int, frames: List[str]) -> None:
+        self._buf.append(f'{{"t":"stackdef","k":{int(stack_id)},"v":{_frames_json(frames)}}}')
+
+    def append_construct(self, key: str, parent: Optional[str]) -> None:
+        p = "null" if parent is None else json_string(parent)
+        self._buf.append(f'{{"t":"construct","k":{json_string(key)},"v":{p}}}')
 
     def flush(self) -> None:
         """One write() per flush: the OS has the bytes even if the process is killed next."""

@@ -64,6 +64,11 @@ class TensorFileWriter:
         if isinstance(snapshot, _Link):
             try:
                 os.link(snapshot.existing, path)
+            except FileExistsError:
+                if not os.path.samefile(snapshot.existing, path):   # a stale file of that name
+                    os.remove(path)
+                    os.link(snapshot.existing, path)
+                # else: this value was linked already (a tied weight's gradient seen twice)
             except OSError:                      # no hard links here: copy the file instead
                 import shutil
 

@@ -78,8 +78,21 @@ class MindSporeBackend(Backend):
             return None
         return param.register_hook(functools.partial(self._on_param_grad, base, pname))
 
+    def _param_grad_hook_impl(self, param: Any, callback) -> Any:
+        def hook(grad: Any) -> None:
+            callback(grad)
+            return None             # a Parameter hook's return value would replace the gradient
+        return param.register_hook(hook)
+
+    def _grad_hook_impl(self, tensor: Any, callback) -> bool:
+        try:
+            tensor.register_hook(callback)
+        except RuntimeError:      # "requires grad is false": not in the autodiff graph
+            return False
+        return True
+
     def _accumulated_grad_impl(self, param: Any) -> None:
-        return None      # never reached: no parameter is watched for re-reading (see the module doc)
+        return None      # a Parameter keeps no accumulated gradient: what the hooks saw stands
 
     def _grad_recording_impl(self) -> bool:
         return grad_recording()
@@ -87,10 +100,11 @@ class MindSporeBackend(Backend):
     def _grad_capture_impl(self, emit) -> GradCapture:
         return GradCapture(emit, self.pending)
 
-    def _register_post_hook_impl(self, module: nn.Cell, fn) -> Any:
+    def _forward_hook_impl(self, module: nn.Cell, hook, with_kwargs: bool) -> Any:
         if has_bprop(module):       # MindSpore ignores register_forward_hook on such a Cell
+            fn = hook if with_kwargs else (lambda cell, args, kwargs, out: hook(cell, args, out))
             return register_post_hook(module, fn)
-        return module.register_forward_hook(fn, with_kwargs=True, always_call=True)
+        return module.register_forward_hook(hook, with_kwargs=with_kwargs, always_call=True)
 
     def _may_get_grad_impl(self, tensor: Any) -> bool:
         return tensor.dtype in FLOATING

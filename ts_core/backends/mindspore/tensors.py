@@ -110,6 +110,9 @@ class MindSporeAdapter:
     def to_numpy(self, snapshot: np.ndarray) -> np.ndarray:
         return snapshot
 
+    def reset(self) -> None:
+        """No per-step cache: MindSpore tensors have no version counter to tell reuse apart."""
+
     def describe_other(self, value: Any) -> Optional[dict]:
         if isinstance(value, ms.dtype.Type):
             return {"type": "mindspore.dtype", "value": str(value)}

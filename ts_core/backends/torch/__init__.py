@@ -43,6 +43,21 @@ class TorchBackend(Backend):
         self.hooks.watch_param(base, pname, param)
         return param.register_post_accumulate_grad_hook(lambda p: self._on_param_grad(base, pname, p.grad))
 
+    def _param_grad_hook_impl(self, param: torch.Tensor, callback) -> Any:
+        return param.register_post_accumulate_grad_hook(lambda p: callback(p.grad))
+
+    def _grad_hook_impl(self, tensor: torch.Tensor, callback) -> bool:
+        # A pre-hook on the tensor's autograd node sees the same gradient as Tensor.register_hook
+        # (the tensor's total gradient, before the node runs) at a sixth of its cost; leaves
+        # have no node (their hook is released at the next step, as _hook_grad_impl's).
+        node = tensor.grad_fn
+        if node is None:
+            hook_grad(tensor, callback)
+        else:
+            nr = tensor.output_nr
+            node.register_prehook(lambda grads: callback(grads[nr]))
+        return True
+
     def _accumulated_grad_impl(self, param: torch.Tensor) -> Optional[torch.Tensor]:
         return param.grad
 

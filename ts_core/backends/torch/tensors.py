@@ -1,32 +1,55 @@
-"""How the core summarises torch tensors: statistics stay on the device as one small tensor
-per input tensor and reach the host in one ``torch.stack(...).tolist()`` per dtype per flush."""
+"""How the core summarises torch tensors.
+
+Statistics of a contiguous CPU tensor come from the native one-pass kernel (ts_core.native:
+max, min, sum and sum of squares in one read, accumulated in float32 blocks and float64 across
+blocks) straight into a host row. Other tensors (CUDA, non-contiguous, complex, or holding
+NaN/Inf) take the framework path: one small tensor of statistics on the tensor's device, brought
+to the host in one ``torch.stack(...).tolist()`` per device and dtype per flush, so collecting
+never syncs per tensor."""
 from __future__ import annotations
 
+import ctypes
+import math
 import weakref
-import zlib
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
+from ... import native
 from .._depth import internal
 
 _FLOATS = {torch.float16, torch.bfloat16, torch.float32}
+_NATIVE_CODES = {torch.float32: native.F32, torch.float64: native.F64, torch.float16: native.F16,
+                 torch.bfloat16: native.BF16, torch.int8: native.I8, torch.uint8: native.U8,
+                 torch.int16: native.I16, torch.int32: native.I32, torch.int64: native.I64,
+                 torch.bool: native.BOOL}
 
 
 class TorchAdapter:
     framework = "pytorch"
 
     def __init__(self) -> None:
-        # (id, version) -> (weakref, handle): a tensor that is one call's output and the next
-        # call's input has its statistics computed once per flush window.
-        self._recent: Dict[int, Tuple[Any, int, torch.Tensor]] = {}
+        # Statistics computed once per step for the same elements: keyed by (address, numel,
+        # dtype, device) for contiguous tensors -- so a view or reshape of a summarised tensor
+        # (same elements, other shape) reuses its statistics -- else by id. Each entry holds a
+        # weak reference to the tensor it was computed for and the version it had: while that
+        # tensor lives, the memory is its storage, and the shared version counter tells any
+        # in-place change (views share it).
+        self._recent: Dict[Any, Tuple[Any, int, Any]] = {}     # statistics reuse within a step
+        self._crcs: Dict[Any, Tuple[Any, int, Any]] = {}       # CRC-32 reuse within a step
+        self._native = native.Stats() if native.available() else None
+        self._dtype_names: Dict[torch.dtype, str] = {}
 
     def is_tensor(self, value: Any) -> bool:
         return isinstance(value, torch.Tensor)
 
     def meta(self, t: torch.Tensor) -> dict:
-        return {"type": "torch.Tensor", "dtype": str(t.dtype), "shape": list(t.shape)}
+        dtype = t.dtype
+        name = self._dtype_names.get(dtype)
+        if name is None:
+            name = self._dtype_names[dtype] = str(dtype)
+        return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape)}
 
     def requires_grad(self, t: torch.Tensor) -> bool:
         return t.requires_grad
@@ -34,33 +57,66 @@ class TorchAdapter:
     def content_key(self, t: torch.Tensor) -> Optional[Tuple[int, int]]:
         return None if t.is_inference() else (id(t), t._version)
 
-    def stats(self, t: torch.Tensor) -> Optional[torch.Tensor]:
-        """[max, min, mean, norm] as one small tensor on t's device (float32, or float64 for
-        float64/integer input so integer extremes stay exact). No host sync."""
-        if t.numel() == 0 or t.is_meta:
+    def stats(self, t: torch.Tensor) -> Any:
+        """[max, min, mean, norm]: a host row (native kernel) or one small tensor on t's device
+        (float32, or float64 for float64/integer input so integer extremes stay exact). No
+        host sync for device tensors."""
+        n = t.numel()
+        if n == 0 or t.is_meta:
             return None
-        if t.is_inference():    # no version counter (torch.inference_mode, vLLM): no reuse
-            with torch.no_grad():
-                return _stats(t)
-        hit = self._recent.get(id(t))
-        if hit is not None and hit[0]() is t and hit[1] == t._version:
-            return hit[2]
-        with torch.no_grad():
-            handle = _stats(t)
-        self._recent[id(t)] = (weakref.ref(t), t._version, handle)
-        return handle
-
-    def stats_to_host(self, handles: List[torch.Tensor]) -> List[List[Optional[float]]]:
-        with internal():     # may run on the idle-flush thread, where wrapped APIs would record
-            self._recent.clear()
-            return self._stats_to_host(handles)
+        return self._reuse(self._recent, t, n, self._compute)
 
     @staticmethod
-    def _stats_to_host(handles: List[torch.Tensor]) -> List[List[Optional[float]]]:
+    def _reuse(cache: dict, t: torch.Tensor, n: int, compute: Any) -> Any:
+        """compute(t, n, contiguous), or its result for a tensor over the same bytes seen
+        unchanged earlier in this step (a view of a recorded tensor, the tensor itself): same
+        address, size and dtype, and the version counter (shared by views) not moved since."""
+        if t.is_inference():    # no version counter (torch.inference_mode, vLLM): no reuse
+            return compute(t, n, t.is_contiguous())
+        contiguous = t.is_contiguous()
+        key = (t.data_ptr(), n, t.dtype, t.is_cpu) if contiguous else id(t)
+        version = t._version
+        hit = cache.get(key)
+        if hit is not None and hit[1] == version:
+            owner = hit[0]()
+            if owner is t or (owner is not None and contiguous and owner._version == version):
+                return hit[2]
+        value = compute(t, n, contiguous)
+        cache[key] = (weakref.ref(t), version, value)
+        return value
+
+    def _compute(self, t: torch.Tensor, n: int, contiguous: bool) -> Any:
+        if self._native is not None and t.is_cpu:
+            code = _NATIVE_CODES.get(t.dtype)
+            if code is not None:
+                if not contiguous:               # one copy, then one pass: cheaper than 3 passes
+                    with torch.no_grad():
+                        t = t.contiguous()
+                row = self._native(t.data_ptr(), n, code)
+                if row is not None:          # NaN/Inf: the framework path propagates them exactly
+                    row[2] /= n
+                    row[3] = math.sqrt(row[3])
+                    return row
+        with torch.no_grad():
+            return _stats(t)
+
+    def stats_to_host(self, handles: List[Any]) -> List[List[Optional[float]]]:
+        with internal():     # may run on the idle-flush thread, where wrapped APIs would record
+            return self._stats_to_host(handles)
+
+    def reset(self) -> None:
+        self._recent.clear()
+        self._crcs.clear()
+
+    @staticmethod
+    def _stats_to_host(handles: List[Any]) -> List[List[Optional[float]]]:
         groups: dict = {}
-        for i, h in enumerate(handles):
-            groups.setdefault((h.device, h.dtype), []).append(i)
         out: List[Any] = [None] * len(handles)
+        for i, h in enumerate(handles):
+            if isinstance(h, list):
+                out[i] = h                   # already on the host
+            else:
+                groups.setdefault((h.device, h.dtype), []).append(i)
         for idx in groups.values():
             unique = {id(handles[i]): handles[i] for i in idx}
             rows = dict(zip(unique, torch.stack(list(unique.values())).cpu().tolist()))
@@ -69,8 +125,18 @@ class TorchAdapter:
         return out
 
     def crc32(self, t: torch.Tensor) -> str:
-        raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
-        return f"{zlib.crc32(raw) & 0xFFFFFFFF:08x}"
+        n = t.numel()
+        if n == 0 or t.is_meta:
+            return native.crc32_hex(b"")
+        return self._reuse(self._crcs, t, n, self._crc32)
+
+    @staticmethod
+    def _crc32(t: torch.Tensor, n: int, contiguous: bool) -> str:
+        if contiguous and t.is_cpu:          # the tensor's own bytes, no torch call
+            return native.crc32_hex((ctypes.c_ubyte * (n * t.element_size())).from_address(t.data_ptr()))
+        with torch.no_grad():
+            raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
+        return native.crc32_hex(raw)
 
     def snapshot(self, t: torch.Tensor) -> torch.Tensor:
         return t.detach().to("cpu", copy=True)

@@ -1,0 +1,60 @@
+"""The native one-pass compare kernel gives what the numpy accumulator (the reference) gives,
+on one thread and split over threads, with NaN/Inf, zeros in golden, mixed dtypes and small chunks."""
+import numpy as np
+import pytest
+
+from ts_core import native
+from ts_core.compare import metrics as M
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="no C compiler: the native kernel is not built")
+
+EXACT = ("numel", "allclose_ratio", "within_0_1pct", "within_0_5pct", "max_abs_err", "max_rel_err",
+         "worst_index", "worst_golden", "worst_target", "nonfinite_mismatch", "golden_nan", "target_nan",
+         "golden_inf", "target_inf")
+
+
+def _numpy_reference(g, t, rtol, atol, equal_nan, chunk):
+    acc = M._Accumulator(rtol, atol, equal_nan)
+    gf, tf = g.reshape(-1), t.reshape(-1)
+    for s in range(0, gf.size, chunk):
+        acc.update(M._as_float64(gf[s:s + chunk]), M._as_float64(tf[s:s + chunk]), s)
+    return acc.result(g.shape)
+
+
+def _case(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 5000)) if seed % 3 else int(rng.integers(2_100_000, 2_600_000))
+    g = rng.standard_normal(n).astype(rng.choice([np.float32, np.float64]))
+    t = (g + rng.standard_normal(n) * rng.choice([0.0, 1e-7, 1e-3])).astype(rng.choice([np.float32, np.float64]))
+    g[rng.integers(0, n, max(1, n // 50))] = 0
+    if seed % 2 == 0:
+        for arr in (g, t):
+            arr[rng.integers(0, n, 5)] = rng.choice([np.nan, np.inf, -np.inf], 5)
+    return g, t
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("rtol,atol", [(1e-4, 1e-5), (1e-3, 0.0), (0.0, 0.0)])
+def test_native_equals_numpy(seed, rtol, atol, monkeypatch):
+    g, t = _case(seed)
+    chunk = 1000 if seed % 4 == 1 else M.CHUNK
+    if seed % 3 == 0:                         # large pairs: force the split over threads too
+        monkeypatch.setattr(M, "PARALLEL_MIN", 1 << 18)
+    equal_nan = bool(seed % 2)
+    native_result = M._compare_native(g, t, rtol, atol, equal_nan, chunk)
+    assert native_result is not None
+    a = native_result.result(g.shape)
+    b = _numpy_reference(g, t, rtol, atol, equal_nan, chunk)
+    for field in EXACT:
+        va, vb = getattr(a, field), getattr(b, field)
+        assert va == vb or (isinstance(va, float) and np.isnan(va) and np.isnan(vb)), field
+    for field in ("cosine", "mean_abs_err", "euclidean"):
+        va, vb = getattr(a, field), getattr(b, field)
+        assert (va is None) == (vb is None) and (va is None or va == pytest.approx(vb, rel=1e-9)), field
+
+
+def test_other_dtypes_take_the_numpy_path():
+    g = np.arange(10, dtype=np.float16)
+    assert M._compare_native(g, g.copy(), 1e-3, 1e-3, True, M.CHUNK) is None
+    m = M.compare_arrays(g, g.copy(), 1e-3, 1e-3)
+    assert m.allclose_ratio == 1.0 and m.worst_index is None

@@ -1,0 +1,224 @@
+"""tsprobe config-check on real runs: each run is its own process (argv, environment), its dump
+carries the fingerprint the debugger recorded; msprobe's config_check packs are read too."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+from ts_core import ConfigError, PrecisionDebugger
+from ts_core.configcheck import config_check, record_hyperparameters
+from ts_core.dumpfmt import FINGERPRINT_JSON, read_fingerprint
+
+from ..conftest import require
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "tests", "configcheck", "run_train.py")
+
+
+def train(tmp_path, name: str, *args: str, env: dict = None) -> str:
+    root = str(tmp_path / name)
+    e = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TSPROBE_QUIET="1")
+    e.pop("OMP_NUM_THREADS", None)
+    e.update(env or {})
+    subprocess.run([sys.executable, SCRIPT, root, *args], check=True, capture_output=True, cwd=ROOT, env=e,
+                   timeout=180)
+    return root
+
+
+def errors(result, section=None):
+    return [(f.section, f.name) for p in result.pairs for f in p.findings
+            if f.level == "error" and (section is None or f.section == section)]
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory):
+    return train(tmp_path_factory.mktemp("cfg"), "golden")
+
+
+def test_identical_runs_pass(tmp_path, golden):
+    other = train(tmp_path, "again")
+    result = config_check(golden, other, tmp_path / "out", verbose=False)
+    assert result.verdict == "pass", result.text()
+    assert [p.golden.label for p in result.pairs] == ["step0/rank", "step1/rank"]
+    p = result.pairs[0]
+    assert p.sections["weights"] == "pass" and p.sections["data"] == "pass"
+    assert "weights: all 4 identical (crc32)" in p.notes and "data: all 1 identical (crc32)" in p.notes
+    # the dump paths differ: noted, not an error
+    assert sorted(f.name for f in p.findings) == ["dump", "dump_path"] and {f.level for f in p.findings} == {"info"}
+    saved = json.loads((tmp_path / "out" / "config_check.json").read_text())
+    assert saved["verdict"] == "pass" and len(saved["pairs"]) == 2
+    assert (tmp_path / "out" / "config_check.csv").read_text().startswith("step,rank,section,name,golden,target")
+
+
+def test_what_differs_is_named(tmp_path, golden):
+    target = train(tmp_path, "target", "--lr", "0.2", "--perturb", env={"CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+                                                                         "MY_SECRET_TOKEN": "x", "HOME_DIR": "/a"})
+    result = config_check(golden, target, verbose=False)
+    step0 = result.pairs[0]
+    assert ("environment", "CUBLAS_WORKSPACE_CONFIG") in errors(result)
+    assert ("hyperparameters", "lr") in errors(result) and ("weights", "2.bias") in errors(result)
+    assert step0.sections["data"] == "pass"                 # the same first batch
+    # at step 0 only the nudged bias differs; after one optimizer step with another lr, all do
+    assert [n for s, n in [(f.section, f.name) for f in step0.findings if f.level == "error"] if s == "weights"] \
+        == ["2.bias"]
+    assert len([f for f in result.pairs[1].findings if f.section == "weights"]) == 4
+    perturb = next(f for f in step0.findings if f.name == "perturb")
+    assert perturb.level == "error" and (perturb.golden, perturb.target) == (False, True)
+    # secrets and unrelated variables are never recorded
+    doc = read_fingerprint(os.path.join(target, "step0", "rank"))
+    assert "MY_SECRET_TOKEN" not in doc["environment"] and "HOME_DIR" not in doc["environment"]
+    assert doc["hyperparameters"]["optimizer.momentum"] == 0.9
+
+
+def test_other_data_is_named(tmp_path, golden):
+    result = config_check(golden, train(tmp_path, "data", "--data-seed", "1"), verbose=False)
+    assert errors(result, "weights") == [("weights", n) for n in ("0.weight", "0.bias", "2.weight", "2.bias")]
+    assert errors(result, "data")[0] == ("data", "args.0")
+    assert result.pairs[0].sections["weights"] == "pass"      # step 0: same weights, other batch
+
+
+def test_fingerprint_changes_nothing_and_can_be_off(tmp_path):
+    def run(fp):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 2))
+        x = torch.randn(4, 8)
+        dbg = PrecisionDebugger(dump_path=str(tmp_path / f"fp{fp}"), level="L1", step=[0], fingerprint=fp)
+        dbg.start(model)
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        dbg.stop()
+        dbg.step()
+        dbg.close()
+        rank = tmp_path / f"fp{fp}" / "step0" / "rank"
+        return loss.detach(), [p.grad.clone() for p in model.parameters()], rank
+
+    (l0, g0, r0), (l1, g1, r1) = run(False), run(True)
+    assert torch.equal(l0, l1) and all(torch.equal(a, b) for a, b in zip(g0, g1))
+    assert not (r0 / FINGERPRINT_JSON).exists() and (r1 / FINGERPRINT_JSON).exists()
+    keys0 = list(json.loads((r0 / "dump.json").read_text())["data"])
+    keys1 = list(json.loads((r1 / "dump.json").read_text())["data"])
+    assert keys0 == keys1          # the fingerprint's own statistics ops are not recorded
+    with pytest.raises(ConfigError, match="fingerprint"):
+        PrecisionDebugger(dump_path=str(tmp_path / "x"), fingerprint="yes")
+
+
+def test_record_hyperparameters_forms(tmp_path):
+    @dataclasses.dataclass
+    class Opt:
+        lr: float = 0.1
+        warmup: int = 10
+
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("model:\n  hidden: 64\n  dropout: 0.1\n")
+    dbg = PrecisionDebugger(dump_path=str(tmp_path / "d"), level="L1", step=[0])
+    record_hyperparameters(argparse.Namespace(batch_size=8))
+    record_hyperparameters(Opt())
+    model = nn.Linear(2, 2)
+    dbg.start(model)
+    record_hyperparameters(str(cfg))               # after start: the open step's file is updated
+    model(torch.ones(1, 2))
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    hp = read_fingerprint(str(tmp_path / "d" / "step0" / "rank"))["hyperparameters"]
+    assert {k: hp[k] for k in ("batch_size", "lr", "warmup", "model.hidden", "model.dropout")} == \
+        {"batch_size": 8, "lr": 0.1, "warmup": 10, "model.hidden": 64, "model.dropout": 0.1}
+    with pytest.raises(RuntimeError, match="no PrecisionDebugger"):
+        record_hyperparameters({"lr": 1})
+    with pytest.raises(TypeError, match="give a dict"):
+        PrecisionDebugger(dump_path=str(tmp_path / "e"))
+        record_hyperparameters(3)
+
+
+def _cli(*args):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "ts_core.cli", "config-check", *args], capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=120)
+
+
+def test_cli(tmp_path, golden):
+    target = train(tmp_path, "t", "--bs", "8")
+    p = _cli(golden, target, "-o", str(tmp_path / "out"), "--fail-on-error")
+    assert p.returncode == 1 and "bs: 4 -> 8" in p.stdout
+    assert _cli(golden, golden, "--fail-on-error").returncode == 0
+    one = _cli(golden)
+    assert one.returncode == 2 and "give two runs" in one.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    none = _cli(golden, str(empty))
+    assert none.returncode == 2 and "holds no fingerprint.json" in none.stderr
+
+
+MSPROBE_PACK = """
+import sys, torch, torch.nn as nn
+from msprobe.core.config_check import ConfigChecker
+ConfigChecker.apply_patches("pytorch")
+torch.manual_seed(0)
+m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+if len(sys.argv) > 2:
+    with torch.no_grad():
+        m[2].bias[0] += 0.5
+ConfigChecker(model=m, output_zip_path=sys.argv[1], fmk="pytorch")
+torch.manual_seed(1)
+m(torch.randn(4, 8)).sum().backward()
+"""
+
+
+@require("msprobe")
+@pytest.mark.slow
+def test_msprobe_config_check_packs(tmp_path):
+    packs = []
+    for name, extra in (("a.zip", []), ("b.zip", ["bad"])):
+        path = str(tmp_path / name)
+        subprocess.run([sys.executable, "-c", MSPROBE_PACK, path, *extra], check=True, capture_output=True,
+                       cwd=str(tmp_path), timeout=300)
+        packs.append(path)
+    same = config_check(packs[0], packs[0], verbose=False)
+    assert same.verdict == "pass" and same.pairs[0].golden.label == "step0/rank0"
+    diff = config_check(packs[0], packs[1], verbose=False)
+    assert errors(diff) == [("weights", "2.bias")]
+    p = _cli("-c", packs[0], packs[1])
+    assert p.returncode == 0 and "2.bias" in p.stdout
+
+
+MINDSPORE_RUN = """
+import sys, numpy as np, mindspore as ms
+ms.set_device("CPU")
+from mindspore import nn, Tensor
+from ts_core import PrecisionDebugger
+ms.set_seed(int(sys.argv[2]))
+net = nn.SequentialCell([nn.Dense(4, 8), nn.ReLU(), nn.Dense(8, 2)])
+dbg = PrecisionDebugger(dump_path=sys.argv[1], level="L0", step=[0, 1])
+for step in range(2):
+    dbg.start(net)
+    for micro in range(2):                 # two forwards per step: the hook fires once, stays harmless
+        ms.grad(lambda x: net(x).sum())(Tensor(np.full((3, 4), step + micro, np.float32)))
+    dbg.stop()
+    dbg.step()
+dbg.close()
+"""
+
+
+@require("mindspore")
+@pytest.mark.slow
+def test_mindspore_fingerprint(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TSPROBE_QUIET="1")
+    for name, seed in (("a", "0"), ("b", "0"), ("c", "1")):
+        subprocess.run([sys.executable, "-c", MINDSPORE_RUN, str(tmp_path / name), seed], check=True,
+                       capture_output=True, cwd=ROOT, env=env, timeout=300)
+    doc = read_fingerprint(str(tmp_path / "a" / "step1" / "rank"))
+    assert doc["framework"]["mindspore"]["device_target"] == "CPU"
+    assert set(doc["weights"]) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert doc["data"]["args.0"]["Max"] == 1.0                  # step 1's first batch: all ones
+    assert config_check(str(tmp_path / "a"), str(tmp_path / "b"), verbose=False).verdict == "pass"
+    other = config_check(str(tmp_path / "a"), str(tmp_path / "c"), verbose=False)   # another seed
+    assert {n for s, n in errors(other, "weights")} == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert ("framework", "mindspore.seed") in [(f.section, f.name) for f in other.pairs[0].findings]

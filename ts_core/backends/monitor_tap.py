@@ -1,0 +1,224 @@
+"""Monitor mode's hooks on a model: every step, each submodule call's inputs, outputs and
+gradients, and each parameter's gradient, summarised into the step's ``StepLog``.
+
+Leaner than the L0 dump path on purpose (it runs on every training step): no scope, no journal,
+no JSON until a capture; statistics are requested from the backend's adapter (device-side or
+one native pass, never a per-tensor sync) and resolved once per step by the monitor; a call's
+stack is walked only the first time its key is seen. Gradients come from hooks that return None
+(nothing changes a gradient bit): each parameter's accumulated gradient and, with
+``monitor.backward``, the gradient of each output and input tensor of every call (an input's
+total gradient: for an input that several calls share, the sum over them). Framework specifics come from the backend's ``*_impl``
+methods, so torch and MindSpore share this file.
+
+Any exception in a hook goes to ``on_error`` (the monitor warns once and switches itself off):
+a monitoring failure never reaches the training loop.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Dict, List, Optional
+
+from ..record.steplog import CallLog, StepLog
+from ._depth import DEPTH
+from .base import Backend
+from .hook_set import HookSet
+from .structure import leaves
+
+
+class MonitorTap:
+    def __init__(self, backend: Backend, on_error: Callable[[BaseException], None], backward: bool):
+        self.backend = backend
+        self.on_error = on_error
+        self.backward = backward                   # module gradient records (hooks on every call)
+        col = backend.collector
+        self._summarize = col.summ.summarize
+        self._stacks = col.stacks                  # None when the config says stack: false
+        self._is_tensor = col.adapter.is_tensor
+        self.hooks = HookSet(col)
+        self.log: Optional[StepLog] = None         # the step being recorded; None: hooks idle
+        self._parent: Dict[str, Optional[str]] = {}     # module base -> its parent module's base
+        self._inplace: set = set()                      # bases of modules that overwrite their input
+        self._frames: Dict[str, List[List[str]]] = {}   # module base -> frames of its n-th call
+        self._frames_by_id: Dict[int, List[str]] = {}
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def install(self, model: Any) -> None:
+        """Hook every submodule of `model` (a model or a list of them); idempotent per model.
+
+        One forward hook per module, run when the call returns: it records inputs, outputs and
+        the call's place. The module hierarchy of construct.json is the model's own (a call's
+        parent is the module that contains it, whose call is still running), so no pre-hook is
+        needed, except on modules that overwrite their input (``ReLU(inplace=True)``), whose
+        inputs are summarised before they run."""
+        models = model if isinstance(model, (list, tuple)) else [model]
+        be = self.backend
+        for i, m in enumerate(models):
+            if not be._is_model_impl(m):
+                raise TypeError(f"monitor: expected {be.model_type_name}, got {type(m).__name__}")
+            if not self.hooks.hooked.add(m):
+                continue
+            handles = self.hooks.handles
+            bases: Dict[str, str] = {}
+            for path, module in be._submodules_impl(m):
+                name = path if len(models) == 1 else f"{i}.{path}"
+                base = bases[path] = f"{be.module_prefix}.{name}.{type(module).__name__}"
+                self._parent[base] = _parent_base(path, bases)
+                if be._module_is_inplace_impl(module):
+                    self._inplace.add(base)
+                    handles.append(module.register_forward_pre_hook(functools.partial(self._pre, base),
+                                                                    with_kwargs=True))
+                handles.append(module.register_forward_hook(functools.partial(self._post, base),
+                                                            with_kwargs=True, always_call=True))
+                for pname, param in be._own_parameters_impl(module).items():
+                    if getattr(param, "requires_grad", False):
+                        self.hooks.watch_param(base, pname, param)
+                        handle = be._param_grad_hook_impl(
+                            param, functools.partial(self._on_param_grad, base, pname, id(param)))
+                        if handle is not None:
+                            handles.append(handle)
+
+    def begin(self, log: StepLog) -> None:
+        """Record into `log` from now on."""
+        if log is not self.log:
+            self.hooks.reset()
+        self.log = log
+
+    def pause(self) -> None:
+        self.log = None
+
+    def remove(self) -> None:
+        self.log = None
+        self.hooks.remove()
+
+    def reread_param_grads(self, log: StepLog) -> None:
+        """Take each parameter's gradient from where the framework accumulates it (after a
+        data-parallel all-reduce or AMP unscaling); MindSpore keeps none: hook values stay."""
+        be = self.backend
+        DEPTH.value += 1
+        try:
+            for base, pname, param in self.hooks.watched_params():
+                grad = be._accumulated_grad_impl(param)
+                if grad is not None:
+                    log.param_grad(base, pname, id(param), self._summarize(grad, ""))
+        finally:
+            DEPTH.value -= 1
+
+    # -- hooks --------------------------------------------------------------------------------
+    def _pre(self, base: str, module: Any, args: tuple, kwargs: dict) -> None:
+        """In-place modules only: their inputs as they were before the call."""
+        if self.log is None:
+            return None
+        DEPTH.value += 1              # our statistics ops are never recorded by API wrappers
+        try:
+            s = self._summarize
+            inputs = ([s(a, "") for a in args], {k: s(v, "") for k, v in kwargs.items()} if kwargs else {})
+        except Exception as exc:      # never into the training loop
+            self.on_error(exc)
+            inputs = None
+        finally:
+            DEPTH.value -= 1
+        self.hooks.calls_in_flight(module).append(inputs)
+        return None
+
+    def _post(self, base: str, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        log = self.log
+        if log is None:
+            return None
+        DEPTH.value += 1
+        try:
+            before = self.hooks.finished_call(module) if base in self._inplace else None
+            call = log.begin(base, self._parent[base])
+            if call is None:
+                return None
+            s = self._summarize
+            if before is not None:
+                call.inputs, call.kwargs = before
+            else:
+                call.inputs = [s(a, "") for a in args]
+                if kwargs:
+                    call.kwargs = {k: s(v, "") for k, v in kwargs.items()}
+            outs = output if isinstance(output, (list, tuple)) else [output]
+            log.forward_done(call, [s(o, "") for o in outs])
+            if self._stacks is not None:
+                seen = self._frames.get(base)
+                if seen is None:
+                    seen = self._frames[base] = []
+                if call.index >= len(seen):
+                    seen.append(self._capture_stack())
+                call.frames = seen[call.index]
+            if self.backward and self.backend._grad_recording_impl():
+                call.in_grads = self._watch_grads(call, (args, kwargs))
+                call.out_grads = self._watch_grads(call, output)
+        except Exception as exc:
+            self.on_error(exc)
+        finally:
+            DEPTH.value -= 1
+        return None
+
+    def _watch_grads(self, call: CallLog, value: Any) -> Optional[List[Any]]:
+        """Hook the gradient of each distinct tensor in `value` that can get one; the returned
+        slots (one per tensor) are filled as gradients arrive."""
+        be = self.backend
+        tensors = [t for t in leaves(value, self._is_tensor, []) if be._may_get_grad_impl(t)]
+        if not tensors:
+            return None
+        if len(tensors) > 1:
+            tensors = list({id(t): t for t in tensors}.values())
+        slots: List[Any] = [None] * len(tensors)
+        hook = be._grad_hook_impl
+        for i, t in enumerate(tensors):
+            hook(t, _GradSlot(self, call, slots, i))
+        return slots
+
+    def _on_param_grad(self, base: str, pname: str, param_id: int, grad: Any) -> None:
+        log = self.log
+        if log is None or grad is None:
+            return None
+        DEPTH.value += 1
+        try:
+            log.param_grad(base, pname, param_id, self._summarize(grad, ""))
+        except Exception as exc:
+            self.on_error(exc)
+        finally:
+            DEPTH.value -= 1
+        return None
+
+    def _capture_stack(self) -> List[str]:
+        """The frames of the call being hooked (walked once per module call index: a training
+        step makes the same calls from the same lines every time)."""
+        sid, frames = self._stacks.capture()
+        if frames is not None:
+            self._frames_by_id[sid] = frames
+        return self._frames_by_id.get(sid, [])
+
+
+
+class _GradSlot:
+    """The gradient hook of one tensor of one call: fills slot `i` (one small object per hook)."""
+
+    __slots__ = ("tap", "call", "slots", "i")
+
+    def __init__(self, tap: MonitorTap, call: CallLog, slots: List[Any], i: int):
+        self.tap, self.call, self.slots, self.i = tap, call, slots, i
+
+    def __call__(self, grad: Any) -> None:
+        call = self.call
+        if call.log.closed or grad is None:
+            return None
+        DEPTH.value += 1
+        try:
+            call.grad(self.slots, self.i, self.tap._summarize(grad, ""))
+        except Exception as exc:
+            self.tap.on_error(exc)
+        finally:
+            DEPTH.value -= 1
+        return None                   # a hook's return value would replace the gradient
+
+
+def _parent_base(path: str, bases: Dict[str, str]) -> Optional[str]:
+    """The base of the closest hooked module containing `path` (None: a child of the root)."""
+    while "." in path:
+        path = path.rsplit(".", 1)[0]
+        if path in bases:
+            return bases[path]
+    return None

@@ -1,0 +1,105 @@
+"""Native kernels (plain C, loaded with ctypes; the GIL is released while they run):
+one-pass tensor statistics over host memory, all compare metrics of a golden/target pair in
+one pass, and the fastest CRC-32 available (ISA-L's through the ``isal`` package, else zlib's;
+same values).
+
+``stats(address, numel, dtype_code)`` returns ``[max, min, sum, sum_of_squares]`` of a
+contiguous host buffer, or None when a NaN/Inf was met (the caller then takes its framework's
+exact path, which propagates NaN as the framework does). ``available()`` is False when the
+library cannot be built or ``TSPROBE_NATIVE=0``.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import List, Optional, Tuple
+
+from . import build as _build
+
+try:        # ISA-L: ~4x zlib's CRC-32 on this hardware; zlib-compatible polynomial and values
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:      # pragma: no cover - optional dependency
+    from zlib import crc32 as _crc32
+
+# dtype codes understood by stats.c (compare.c takes F32 and F64)
+F32, F64, F16, BF16, I8, U8, I16, I32, I64, BOOL = range(10)
+
+_lock = threading.Lock()
+_lib: Optional[ctypes.CDLL] = None
+_tried = False
+
+
+def _load() -> Optional[ctypes.CDLL]:
+    global _lib, _tried
+    with _lock:
+        if _tried:
+            return _lib
+        _tried = True
+        if os.environ.get("TSPROBE_NATIVE", "1") == "0":
+            return None
+        paths = [os.path.join(d, _build.LIB_NAME) for d in _build.library_dirs()]
+        newest = max(os.path.getmtime(src) for src in _build.SOURCES)
+        path = next((p for p in paths if os.path.isfile(p) and os.path.getmtime(p) >= newest), None) \
+            or _build.build()
+        if path is None:
+            return None
+        try:
+            lib = ctypes.CDLL(path)
+            lib.tsp_stats.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p]
+            lib.tsp_stats.restype = ctypes.c_int
+            lib.tsp_compare.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64,
+                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_double, ctypes.c_double,
+                                        ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+            lib.tsp_compare.restype = ctypes.c_int
+            if lib.tsp_abi_version() != _build.ABI:
+                return None
+        except (OSError, AttributeError):
+            return None
+        _lib = lib
+        return _lib
+
+
+def available() -> bool:
+    return _load() is not None
+
+
+class Stats:
+    """A reusable output buffer bound to the loaded library (one per caller thread)."""
+
+    __slots__ = ("_fn", "_out", "_addr")
+
+    def __init__(self) -> None:
+        lib = _load()
+        if lib is None:
+            raise RuntimeError("tsprobe native kernels are not available")
+        self._fn = lib.tsp_stats
+        self._out = (ctypes.c_double * 4)()
+        self._addr = ctypes.addressof(self._out)
+
+    def __call__(self, address: int, numel: int, code: int) -> Optional[List[float]]:
+        if self._fn(address, numel, code, self._addr) != 0:
+            return None
+        out = self._out
+        return [out[0], out[1], out[2], out[3]]
+
+
+def crc32_hex(buffer) -> str:
+    """The ``md5`` field of a tensor summary: CRC-32 of the raw bytes as 8 hex digits."""
+    return f"{_crc32(buffer) & 0xFFFFFFFF:08x}"
+
+
+def compare_range(golden_addr: int, golden_code: int, target_addr: int, target_code: int, begin: int, end: int,
+                  chunk: int, rtol: float, atol: float, equal_nan: bool) -> Optional[Tuple[List[float], List[int]]]:
+    """Metrics accumulators of elements [begin, end) of two float32/float64 buffers:
+    (sums, counts) as laid out in compare.c, or None when the kernel is unavailable."""
+    lib = _load()
+    if lib is None:
+        return None
+    sums = (ctypes.c_double * 10)()
+    counts = (ctypes.c_int64 * 11)()
+    counts[10] = -1
+    if lib.tsp_compare(golden_addr, golden_code, target_addr, target_code, begin, end, chunk, rtol, atol,
+                       int(bool(equal_nan)), ctypes.addressof(sums), ctypes.addressof(counts)) != 0:
+        return None
+    return list(sums), list(counts)
