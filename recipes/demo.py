@@ -2,17 +2,19 @@
 
 One small transformer block (LayerNorm, attention, GELU; recipes/demo_models.py) is written in
 PyTorch and ported to MindSpore with the same weights. Each trains two steps with tsprobe
-dumping every module (level L0, full tensors):
+dumping every module and API call (level mix, the level users dump at; full tensors):
 
 - PyTorch: a plain training loop with ``PrecisionDebugger`` start/stop/step;
 - MindSpore: ``Model.train`` with the ``MsprobeStep`` callback, twice: a faithful port, and
   the port as a hurried migration writes it (``nn.LayerNorm`` keeps MindSpore's default
   epsilon 1e-7 where torch uses 1e-5).
 
-``ts_core.compare.compare`` then pairs the torch dump with each MindSpore dump
-(``Module.attn.q.Linear`` <-> ``Cell.attn.q.Dense``, LayerNorm ``weight`` <-> ``gamma``):
-the faithful port matches everywhere, the buggy one is pinned to its first divergence, and
-report.html is written. Then (``--no-gpt2`` skips it) the same-framework demo: a tiny GPT-2
+``ts_core.compare.compare`` then pairs the torch dump with each MindSpore dump by data flow
+(``Module.attn.q.Linear`` <-> ``Cell.attn.q.Dense``, LayerNorm ``weight`` <-> ``gamma``, torch's
+``F.linear`` <-> the Reshape + MatMul + BiasAdd that ``nn.Dense`` runs, ``F.mse_loss`` <-> sub +
+square; calls one side runs alone, such as MindSpore's Shape/Reshape or torch's optimizer
+updates, cannot raise a divergence): the faithful port passes, the buggy one is pinned to the
+LayerNorm of ``ln1``, and report.html is written. Then (``--no-gpt2`` skips it) the same-framework demo: a tiny GPT-2
 dumped twice, once with a LayerNorm eps changed, compared. CPU only, nothing downloaded.
 """
 from __future__ import annotations
@@ -41,7 +43,7 @@ def train_torch(dump_path: str) -> None:
 
     model = torch_block(seed=0)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    debugger = PrecisionDebugger(dump_path=dump_path, task="tensor", level="L0", step=[0, 1])
+    debugger = PrecisionDebugger(dump_path=dump_path, task="tensor", level="mix", step=[0, 1])
     for step, (x, y) in enumerate(batches()):
         debugger.start(model)                                   # the three lines a user adds
         loss = torch.nn.functional.mse_loss(model(torch.from_numpy(x)), torch.from_numpy(y))
@@ -72,7 +74,7 @@ def train_mindspore(dump_path: str, port_bug=None) -> None:
     ys = np.concatenate([y for _, y in data])
     dataset = ds.NumpySlicesDataset({"x": xs, "y": ys}, shuffle=False).batch(len(data[0][0]))
     model = Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), learning_rate=0.1))
-    debugger = PrecisionDebugger(dump_path=dump_path, task="tensor", level="L0", step=[0, 1])
+    debugger = PrecisionDebugger(dump_path=dump_path, task="tensor", level="mix", step=[0, 1])
     model.train(1, dataset, callbacks=[MsprobeStep(debugger), LossMonitor(1)], dataset_sink_mode=False)
     debugger.close()
 
@@ -100,6 +102,8 @@ def cross_framework(out: str) -> None:
 
     say("== 3/3 tsprobe compare TORCH_DUMP MS_DUMP")
     ok = compare(torch_dump, faithful, os.path.join(out, "compare_faithful"), verbose=False)
+    if ok.first_divergence is not None or ok.verdict == "error":
+        raise SystemExit(f"demo: the faithful port should pass, got {ok.verdict}: {ok.first_divergence}")
     rows = ok.rows
     matched = [r for r in rows if r.golden_key and r.target_key]
     n_pass = sum(r.verdict == "pass" for r in matched)
@@ -115,14 +119,13 @@ def cross_framework(out: str) -> None:
     result = compare(torch_dump, buggy, os.path.join(out, "compare_wrong_eps"))
     fd = result.first_divergence
     print()
-    if fd is None:
-        say("FIRST DIVERGENCE: none found (unexpected)")
-    else:
-        say(f"FIRST DIVERGENCE: {fd.key}  <->  {fd.target_key}   (step {fd.step}, {fd.direction})")
-        print(f"    {fd.reason}")
-        print(f"    cause: {fd.cause}")
-        if fd.source:
-            print(f"    source: {fd.source}")
+    if fd is None or ".ln1." not in f"{fd.key} {fd.module}":
+        raise SystemExit(f"demo: the wrong epsilon should be named at ln1's LayerNorm, got {fd}")
+    say(f"FIRST DIVERGENCE: {fd.key}  <->  {fd.target_key}   (step {fd.step}, {fd.direction}, in {fd.module})")
+    print(f"    {fd.reason}")
+    print(f"    cause: {fd.cause}")
+    if fd.source:
+        print(f"    source: {fd.source}")
     say(f"Report: {os.path.abspath(result.report_path)}")
 
 

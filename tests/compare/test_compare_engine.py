@@ -133,7 +133,7 @@ def test_shape_and_dtype_mismatch_are_explicit(tmp_path):
     rows = {r.golden_key: r for r in run(tmp_path / "g", tmp_path / "t").rows if r.role == "output"}
     assert rows["Torch.a.0.forward"].verdict == "error" and "shape differs" in rows["Torch.a.0.forward"].reason
     b = rows["Torch.b.0.forward"]
-    assert b.verdict == "pass" and "dtype differs" in b.reason and b.rtol == 1e-3
+    assert b.verdict == "pass" and "dtype differs" in b.reason and b.rtol == 1e-4     # float32's: the more precise
     assert rows["Torch.c.0.forward"].verdict == "pass" and "size-1" in rows["Torch.c.0.forward"].reason
 
 

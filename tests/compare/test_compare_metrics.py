@@ -130,7 +130,8 @@ def test_dtype_families(dtype, family):
 
 def test_tolerance_follows_dtype_and_overrides():
     assert pick_tolerance("torch.float32", "torch.float32").rtol == 1e-4
-    assert pick_tolerance("torch.float32", "torch.bfloat16").rtol == 1e-2   # the looser side
+    assert pick_tolerance("torch.float32", "torch.bfloat16").rtol == 1e-4   # the more precise side
+    assert pick_tolerance("torch.bfloat16", "torch.bfloat16").rtol == 1e-2
     assert pick_tolerance("torch.int64", "torch.int64").atol == 0.0
     tol = pick_tolerance("torch.float16", "torch.float16", rtol=0.5)
     assert (tol.rtol, tol.atol, tol.stat_rtol) == (0.5, 1e-3, 0.5)

@@ -50,7 +50,7 @@ def test_identical_runs_report_no_divergence(tmp_path, level):
 
 @pytest.mark.parametrize("level,key,cause", [
     ("L1", "Functional.linear.2.forward", "input.1 (not produced by any earlier recorded call"),
-    ("mix", "Functional.linear.2.forward", "input.1 (not produced by any earlier recorded call"),
+    ("mix", "Functional.linear.2.forward", "input.1 (the parameter weight of Module.layers.1.fc1.Linear.forward.0)"),
     ("L0", "Module.layers.1.fc1.Linear.forward.0", "parameters.weight (a parameter)"),
 ])
 def test_perturbed_weight_in_one_layer(tmp_path, level, key, cause):

@@ -5,9 +5,10 @@ MindSpore must not be imported into the pytest process: with torch and MindSpore
 after this one (inference, integrations) call it so. The comparison itself needs neither.
 
     python -m tests.crossframework.dumpgen ROOT SPEC_JSON
-SPEC_JSON: [[name, bug|null, level], ...] for ports.dump_pair (written under
-ROOT/<name>_<bug>_<level>), plus [\"silu\", variant, \"L1\"] for the sigmoid*x <-> silu dumps.
-Prints one JSON line: {"name|bug|level": [torch rank dir, mindspore rank dir]}.
+SPEC_JSON: [[name, bug|null, level(, task)], ...] for ports.dump_pair (written under
+ROOT/<name>_<bug>_<level>(_<task>); task "tensor" when not given), plus [\"silu\", variant, \"L1\"]
+for the sigmoid*x <-> silu dumps.
+Prints one JSON line: {"name|bug|level(|task)": [torch rank dir, mindspore rank dir]}.
 """
 from __future__ import annotations
 
@@ -54,12 +55,13 @@ def main(root: str, spec: list) -> dict:
     ms.set_device("CPU")
     ms.set_context(mode=ms.PYNATIVE_MODE)
     done = {}
-    for name, bug, level in spec:
-        sub = os.path.join(root, f"{name}_{bug}_{level}")
+    for name, bug, level, *task in spec:
+        label = "|".join([name, str(bug), level] + task)
+        sub = os.path.join(root, label.replace("|", "_"))
         if name == "silu":
-            done[f"{name}|{bug}|{level}"] = dump_silu(sub, bug)
+            done[label] = dump_silu(sub, bug)
         else:
-            done[f"{name}|{bug}|{level}"] = list(ports.dump_pair(name, sub, bug=bug, level=level))
+            done[label] = list(ports.dump_pair(name, sub, bug=bug, level=level, task=(task or ["tensor"])[0]))
     return done
 
 

@@ -307,7 +307,10 @@ class Backend(abc.ABC):
         if not self.want_backward or not self._grad_recording_impl():
             return None
         col = self.collector
-        return self._grad_capture_impl(lambda go, gi: col.backward(call, go, gi))
+        capture = self._grad_capture_impl(lambda go, gi: col.backward(call, go, gi))
+        if call.is_module:      # calls recorded during this module's backward get it as parent
+            capture.on_start = lambda: col.backward_begins(call)
+        return capture
 
     # -- what each framework fills in ---------------------------------------------------------
     @abc.abstractmethod

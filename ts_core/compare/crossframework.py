@@ -11,9 +11,10 @@ fields are ``pytorch`` and ``mindspore`` (either side may be the golden one):
 - MindSpore parameter names become torch's inside module records and parameters_grad
   (``gamma`` -> ``weight`` for a LayerNorm), so values pair by name;
 - many-to-many groups (torch ``sigmoid`` + ``mul`` <-> MindSpore ``silu``): a run of consecutive
-  forward API calls matching a group's pattern is merged into one call (inputs of its first
-  member, outputs of its last) on each side, and the two merged calls pair. A group is applied
-  only when it makes more calls pair than leaving it out does.
+  forward API calls matching a group's pattern is merged into one call (the inputs its members
+  take from outside the run, the outputs no later member consumes) on each side, and the two
+  merged calls pair. A group is applied only when it makes more calls pair than leaving it out
+  does. These are hints: calls the mapping does not cover are paired by data flow (refine.py).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 from ..dumpfmt import FORWARD, OUTPUT, PARAMETER, Entry, api_key, module_base, parse_key, split_module_name
 from .loader import Call
 from .matching import align, default_normalise
+from .pairs import merge
 
 MAPPING_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "backends", "mindspore", "torch_mapping.yaml")
@@ -180,14 +182,6 @@ def _find_runs(calls: List[Call], pattern: List[str]) -> List[List[int]]:
         else:
             k += 1
     return runs
-
-
-def merge(members: List[Call]) -> Call:
-    """One call standing for a run: the first member's inputs and parameters, the last's outputs."""
-    first, last = members[0], members[-1]
-    entries = [e for e in first.entries if e.role != OUTPUT] + [e for e in last.entries if e.role == OUTPUT]
-    key = "+".join(c.key for c in members)
-    return Call(key, FORWARD, "api", first.index, entries)
 
 
 def _apply(calls: List[Call], runs: List[List[int]], label: str, names: Dict[str, str]) -> List[Call]:

@@ -6,11 +6,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .crossframework import is_cross, prepare
+from .dataflow import Facts
 from .divergence import find_first_divergence
 from .errors import TensorFileError
 from .loader import OUTPUT, PARAMETER, Call, Dump, DumpUnit, Entry, is_tensor_summary
 from .matching import BACKWARD, FORWARD, OTHER, align, default_normalise
 from .metrics import STAT_NAMES, compare_arrays, compare_stats, has_stats
+from .pairs import CallPair, in_time_order, members, pair_values
+from .refine import Side, forward_partners, refine
 from .result import PairResult, Row, count_rows
 from .verdict import ERROR, PASS, WARNING, pick_tolerance, stats_verdict, tensor_verdict, values_equal, worse
 
@@ -26,33 +29,6 @@ class Options:
     normalise: Callable[[str], str] = default_normalise
     crossframework: Optional[bool] = None     # None: when the dumps' frameworks are torch and MindSpore
     mapping: Optional[str] = None             # cross-framework mapping file (default: torch_mapping.yaml)
-
-
-@dataclass
-class CallPair:
-    """Aligned calls (either may be None when unmatched) with the rows comparing them."""
-
-    golden: Optional[Call]
-    target: Optional[Call]
-    direction: str
-    rows: List[Row] = field(default_factory=list)
-
-    @property
-    def key(self) -> str:
-        return (self.golden or self.target).key
-
-    @property
-    def kind(self) -> str:
-        return (self.golden or self.target).kind
-
-    def entry(self, side: str, role: str, arg: str) -> Optional[Entry]:
-        call = self.golden if side == "golden" else self.target
-        if call is None:
-            return None
-        for e in call.entries:
-            if e.role == role and e.arg == arg:
-                return e
-        return None
 
 
 class Progress:
@@ -101,9 +77,11 @@ def _value(leaf) -> object:
 
 
 def compare_entries(g: Optional[Entry], t: Optional[Entry], base: dict, gd: Dump, td: Dump,
-                    opts: Options) -> Optional[Row]:
+                    opts: Options, exact_shape: bool = True) -> Optional[Row]:
     """One row for one recorded value of a call pair, or None when there is nothing to say
-    (equal non-tensor arguments, None on both sides)."""
+    (equal non-tensor arguments, None on both sides). ``exact_shape=False`` (values of two
+    different ops, e.g. a group's boundary): the same elements in another shape or layout
+    compare as equal ([2, 5, 16] vs the [10, 16] MatMul saw)."""
     gl = g.leaf if g else None
     tl = t.leaf if t else None
     if gl is None and tl is None:
@@ -125,22 +103,39 @@ def compare_entries(g: Optional[Entry], t: Optional[Entry], base: dict, gd: Dump
         row.mode, row.golden_value, row.target_value = "value", gv, tv
         row.verdict, row.reason = WARNING, f"argument differs: golden {gv!r}, target {tv!r}"
         return row
-    return _compare_tensor(gl, tl, row, gd, td, opts)
+    return _compare_tensor(gl, tl, row, gd, td, opts, exact_shape)
 
 
-def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Options) -> Row:
+def _numel(shape: Optional[list]) -> Optional[int]:
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Options,
+                    exact_shape: bool = True) -> Row:
     tol = pick_tolerance(row.golden_dtype, row.target_dtype, opts.rtol, opts.atol)
     row.rtol, row.atol, row.stat_rtol = tol.rtol, tol.atol, tol.stat_rtol
     notes: List[str] = []
     if _dtype_name(row.golden_dtype) != _dtype_name(row.target_dtype):
-        notes.append(f"dtype differs ({row.golden_dtype} vs {row.target_dtype}), compared at the looser tolerance")
+        notes.append(f"dtype differs ({row.golden_dtype} vs {row.target_dtype}), compared at the tolerance of "
+                     f"the more precise one")
     gs, ts = row.golden_shape, row.target_shape
+    layout = False
     if gs is not None and ts is not None and gs != ts:
-        if _squeezed(gs) != _squeezed(ts):
+        if _squeezed(gs) == _squeezed(ts):
+            notes.append(f"shapes {gs} and {ts} differ only in size-1 dimensions")
+        elif not exact_shape and _numel(gs) == _numel(ts):
+            layout = True
+            notes.append(f"shapes {gs} and {ts} hold the same number of elements: compared as one value in "
+                         f"two layouts")
+        else:
             row.mode, row.verdict = "tensor", ERROR
             row.reason = "; ".join([f"shape differs: golden {gs}, target {ts}"] + notes)
             return row
-        notes.append(f"shapes {gs} and {ts} differ only in size-1 dimensions")
     if gs is not None and ts is not None and 0 in gs and 0 in ts:
         row.mode, row.verdict, row.reason = "tensor", PASS, "; ".join(["empty tensors"] + notes)
         return row
@@ -155,9 +150,12 @@ def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Opti
 
     if not opts.stats_only and gl.get("data_name") and tl.get("data_name"):
         try:
-            verdict, reason = _compare_data(gl["data_name"], tl["data_name"], row, gd, td, tol, opts)
-            row.mode, row.verdict, row.reason = "tensor", verdict, "; ".join([reason] + notes)
-            return row
+            verdict, reason = _compare_data(gl["data_name"], tl["data_name"], row, gd, td, tol, opts, layout)
+            if verdict == PASS or not layout or stats is None or stats_verdict(stats, tol.stat_rtol, tol.atol, _numel(gs))[0] != PASS:
+                row.mode, row.verdict, row.reason = "tensor", verdict, "; ".join([reason] + notes)
+                return row
+            notes.append("element-wise in no layout tried; the statistics (which do not depend on the layout) "
+                         "agree")
         except TensorFileError as e:
             notes.append(f"{e}; compared statistics instead")
     elif not opts.stats_only and (gl.get("data_name") or tl.get("data_name")):
@@ -165,7 +163,7 @@ def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Opti
         notes.append(f"{side} has no tensor data; compared statistics")
 
     if stats is not None:
-        verdict, reason = stats_verdict(stats, tol.stat_rtol)
+        verdict, reason = stats_verdict(stats, tol.stat_rtol, tol.atol, _numel(gs))
         row.mode = "statistics"
         if row.md5_equal is True:
             verdict, reason = PASS, "bitwise equal (crc32)"
@@ -180,14 +178,32 @@ def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Opti
     return row
 
 
-def _compare_data(g_name: str, t_name: str, row: Row, gd: Dump, td: Dump, tol, opts: Options) -> Tuple[str, str]:
+def _layouts(ga, ta):
+    """Target arrays to try against golden: the same elements in golden's shape, then (for a
+    layout transpose on one side) every axis order of target that gives golden's shape."""
+    yield ta.reshape(ga.shape)
+    gshape = [d for d in ga.shape if d != 1]
+    tt = ta.reshape([d for d in ta.shape if d != 1])
+    if sorted(gshape) == sorted(tt.shape) and 1 < tt.ndim <= 5:
+        from itertools import permutations
+        for p in permutations(range(tt.ndim)):
+            if list(p) != list(range(tt.ndim)) and [tt.shape[i] for i in p] == gshape:
+                yield tt.transpose(p).reshape(ga.shape)
+
+
+def _compare_data(g_name: str, t_name: str, row: Row, gd: Dump, td: Dump, tol, opts: Options,
+                  layout: bool = False) -> Tuple[str, str]:
     ga = gd.load_tensor(g_name)
     ta = td.load_tensor(t_name)
     if ga.size != ta.size:
         return ERROR, f"tensor data size differs: golden {list(ga.shape)}, target {list(ta.shape)}"
-    if ga.shape != ta.shape:
-        ta = ta.reshape(ga.shape)
-    m = compare_arrays(ga, ta, tol.rtol, tol.atol, equal_nan=opts.equal_nan)
+    m = None
+    for cand in (_layouts(ga, ta) if layout else [ta.reshape(ga.shape) if ga.shape != ta.shape else ta]):
+        got = compare_arrays(ga, cand, tol.rtol, tol.atol, equal_nan=opts.equal_nan)
+        if m is None or got.allclose_ratio > m.allclose_ratio:
+            m = got
+        if tensor_verdict(m)[0] == PASS:
+            break
     for k, v in m.to_dict().items():
         if hasattr(row, k) and k not in ("rtol", "atol"):
             setattr(row, k, v)
@@ -198,64 +214,88 @@ def compare_calls(cp: CallPair, order: int, step: Optional[int], rank: str, gd: 
                   opts: Options, one_sided_params: bool = True) -> List[Row]:
     """Rows of one call pair. ``one_sided_params=False`` (cross-framework) skips a parameter
     recorded by one side only (MindSpore records a BatchNorm's moving_mean as a Parameter,
-    torch's running_mean is a buffer its dump does not list) and an API argument one side's
-    signature does not have (torch layer_norm's eps, MindSpore's LayerNorm primitive has none)."""
+    torch's running_mean is a buffer its dump does not list). Values of two different ops pair
+    by data (see pairs.py); one a signature does not have is not compared."""
     g, t = cp.golden, cp.target
     base = dict(step=step, rank=rank, order=order, direction=cp.direction,
                 golden_key=g.key if g else None, target_key=t.key if t else None)
+    cp.values = {}
     if g is None or t is None:
         present = g or t
         side, other = ("golden", "target") if g else ("target", "golden")
+        if cp.harmless:
+            verdict, reason = PASS, f"call only in {side}: {cp.harmless}, it cannot change a result"
+        else:
+            verdict, reason = WARNING, f"call only in {side}: no matching call in {other}"
         rows = []
         for e in present.entries:
             if e.leaf is None or not (e.is_tensor or e.role == OUTPUT):
                 continue
             r = Row(**base, role=e.role, arg=e.arg, name=f"{present.key}.{e.arg}", mode="unmatched",
-                    verdict=WARNING, reason=f"call only in {side}: no matching call in {other}")
+                    verdict=verdict, reason=reason)
             if e.is_tensor:
                 setattr(r, f"{side}_dtype", e.leaf.get("dtype"))
                 setattr(r, f"{side}_shape", _shape(e.leaf.get("shape")))
             rows.append(r)
         if not rows:
-            rows.append(Row(**base, role=OUTPUT, arg="", name=present.key, mode="unmatched", verdict=WARNING,
-                            reason=f"call only in {side}: no matching call in {other}"))
+            rows.append(Row(**base, role=OUTPUT, arg="", name=present.key, mode="unmatched", verdict=verdict,
+                            reason=reason))
         return rows
-    keys: Dict[Tuple[str, str], None] = {}
-    for e in g.entries + t.entries:
-        keys.setdefault((e.role, e.arg), None)
     rows = []
-    for role, arg in keys:
-        ge, te = cp.entry("golden", role, arg), cp.entry("target", role, arg)
+    for role, arg, ge, te, note in pair_values(cp):
         if not one_sided_params and (ge is None or te is None) and \
                 (role == PARAMETER or (role != OUTPUT and cp.kind == "api")):
             continue
-        row = compare_entries(ge, te, dict(base, role=role, arg=arg, name=f"{g.key}.{arg}"), gd, td, opts)
+        row = compare_entries(ge, te, dict(base, role=role, arg=arg, name=f"{g.key}.{arg}"), gd, td, opts,
+                              exact_shape=cp.same_op)
         if row is not None:
+            if note:
+                row.reason = f"{row.reason}; {note}"
+            cp.values[(role, arg)] = (ge, te)
             rows.append(row)
     return rows
 
 
 def align_calls(gcalls: List[Call], tcalls: List[Call], opts: Options,
                 golden_name: Optional[Callable[[str], str]] = None,
-                target_name: Optional[Callable[[str], str]] = None) -> List[List[CallPair]]:
+                target_name: Optional[Callable[[str], str]] = None, cross: bool = False,
+                golden_parents: Optional[dict] = None, target_parents: Optional[dict] = None,
+                facts: Optional[Facts] = None) -> List[List[CallPair]]:
     """Aligned call pairs per direction, in execution order: forward, backward, other.
 
-    Calls are aligned as sequences; parameters_grad records pair by exact key instead,
-    since tools place them differently (msprobe: before the module's backward record).
-    ``golden_name``/``target_name`` give the name a key is aligned under (cross-framework:
-    MindSpore keys in torch vocabulary); by default the key itself.
+    Module records and API calls are aligned apart (tools and frameworks emit a module's
+    record before or after its inner calls), and so are the forward calls of the model and
+    those made during or after the backward pass; each by name and order first
+    (``matching.align``), then the gaps by data flow (``refine``); all are merged back in
+    execution order.
+    parameters_grad records pair by exact key instead, since tools place them differently
+    (msprobe: before the module's backward record). ``golden_name``/``target_name`` give the
+    name a key is aligned under (cross-framework: MindSpore keys in torch vocabulary);
+    ``*_parents`` each side's construct.json.
     """
     gn = golden_name or _same
     tn = target_name or _same
+    facts = facts or Facts()
+    g_side, t_side = Side(gcalls, gn, golden_parents, facts), Side(tcalls, tn, target_parents, facts)
     out = []
+    partners: dict = {}
     for direction in (FORWARD, BACKWARD, OTHER):
         gs = [c for c in gcalls if c.direction == direction]
         ts = [c for c in tcalls if c.direction == direction]
-        g_seq = [c for c in gs if c.kind != "parameters_grad"]
-        t_seq = [c for c in ts if c.kind != "parameters_grad"]
-        pairs = [CallPair(g_seq[i] if i is not None else None, t_seq[j] if j is not None else None, direction)
-                 for i, j in align([gn(c.key) for c in g_seq], [tn(c.key) for c in t_seq], opts.normalise)]
-        out.append(_insert_keyed(pairs, gs, ts, direction, gn, tn))
+        lists = []
+        # forward calls made during or after the backward pass (a custom backward, the optimizer)
+        # align among themselves, not with the model's forward
+        for modules, late in ((True, False), (False, False), (True, True), (False, True)):
+            g_seq = [c for c in gs if c.kind != "parameters_grad" and (c.kind == "module") == modules
+                     and (direction == FORWARD and g_side.after_backward(c)) == late]
+            t_seq = [c for c in ts if c.kind != "parameters_grad" and (c.kind == "module") == modules
+                     and (direction == FORWARD and t_side.after_backward(c)) == late]
+            raw = [CallPair(g_seq[i] if i is not None else None, t_seq[j] if j is not None else None, direction)
+                   for i, j in align([gn(c.key) for c in g_seq], [tn(c.key) for c in t_seq], opts.normalise)]
+            lists.append(refine(raw, g_side, t_side, cross, partners if direction == BACKWARD else None))
+        if direction == FORWARD:
+            partners = forward_partners([cp for seq in lists for cp in seq])
+        out.append(_insert_keyed(in_time_order(lists), gs, ts, direction, gn, tn))
     return out
 
 
@@ -269,15 +309,15 @@ def _insert_keyed(pairs: List[CallPair], gs: List[Call], ts: List[Call], directi
     where = {}
     for i, p in enumerate(pairs):
         for c in (p.golden, p.target):
-            if c is not None:
-                where[id(c)] = i
+            for m in ([c] + members(c) if c is not None else []):
+                where[id(m)] = i
     after: Dict[int, List[CallPair]] = {}
     t_grads = {tn(c.key): c for c in ts if c.kind == "parameters_grad"}
     for side_calls, is_golden in ((gs, True), (ts, False)):
         prev = -1
         for c in side_calls:
             if c.kind != "parameters_grad":
-                prev = where[id(c)]
+                prev = where[id(c)] if id(c) in where else where[id(members(c)[0])]
             elif is_golden:
                 after.setdefault(prev, []).append(CallPair(c, t_grads.pop(gn(c.key), None), direction))
             elif tn(c.key) in t_grads:
@@ -305,7 +345,9 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
         notes.append(f"cross-framework compare ({gd.framework or '?'} vs {td.framework or '?'}): calls paired "
                      f"through the torch<->MindSpore mapping"
                      + (f"; groups merged: {'; '.join(prep.groups)}" if prep.groups else ""))
-    seqs = align_calls(gcalls, tcalls, opts, *names)
+    facts = Facts()
+    seqs = align_calls(gcalls, tcalls, opts, *names, cross=bool(cross), golden_parents=gd.construct,
+                       target_parents=td.construct, facts=facts)
     step = golden.step if golden.step is not None else target.step
     rank = golden.rank or target.rank
     bar = Progress(sum(len(s) for s in seqs), f"compare {golden.label}", progress)
@@ -316,7 +358,7 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
             order += 1
             bar.advance()
     rows = [r for seq in seqs for cp in seq for r in cp.rows]
-    fd, note = find_first_divergence(seqs, gd, td, step, rank)
+    fd, note = find_first_divergence(seqs, gd, td, step, rank, facts)
     matched = sum(1 for seq in seqs for cp in seq if cp.golden and cp.target)
     counts = {"records_golden": len(gcalls), "records_target": len(tcalls), "matched": matched,
               "unmatched_golden": sum(1 for s in seqs for cp in s if cp.target is None),

@@ -28,6 +28,7 @@ class Call:
     kind: str        # api / module / parameters_grad / other
     index: int       # position in dump.json (execution order as written)
     entries: List[Entry] = field(default_factory=list)
+    members: List["Call"] = field(default_factory=list)   # a merged group: the calls it stands for
 
 
 def record_to_call(key: str, record: Any, index: int) -> Call:

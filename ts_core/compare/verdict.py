@@ -59,12 +59,14 @@ def dtype_family(dtype: Optional[str]) -> str:
 
 def pick_tolerance(golden_dtype: Optional[str], target_dtype: Optional[str],
                    rtol: Optional[float] = None, atol: Optional[float] = None) -> Tolerance:
-    """The looser of both sides' dtype tolerances, then the user's overrides.
+    """The tolerance of the more precise of both sides' dtypes, then the user's overrides.
 
-    A user ``rtol`` also sets ``stat_rtol``: one knob for "how close is close".
+    A float32 tensor that one side computed in bfloat16 is judged as float32: the call where
+    precision was lost fails, not a later exact up-cast of its result. A user ``rtol`` also
+    sets ``stat_rtol``: one knob for "how close is close".
     """
     fams = {dtype_family(golden_dtype), dtype_family(target_dtype)}
-    tol = max((DEFAULT_TOLERANCES[f] for f in fams), key=lambda t: (t.rtol, t.atol))
+    tol = min((DEFAULT_TOLERANCES[f] for f in fams), key=lambda t: (t.rtol, t.atol))
     return Tolerance(tol.rtol if rtol is None else rtol, tol.atol if atol is None else atol,
                      tol.stat_rtol if rtol is None else rtol)
 
@@ -100,18 +102,28 @@ def tensor_verdict(m: TensorMetrics) -> Tuple[str, str]:
     return (WARNING, "small deviation: " + text) if small else (ERROR, text)
 
 
-def stats_verdict(s: StatMetrics, stat_rtol: float) -> Tuple[str, str]:
-    """Verdict from recorded statistics alone (no tensor data): says so in the reason."""
+def stats_verdict(s: StatMetrics, stat_rtol: float, atol: float = 0.0, numel: Optional[int] = None) -> Tuple[str, str]:
+    """Verdict from recorded statistics alone (no tensor data): says so in the reason.
+
+    A statistic within ``atol`` of golden passes whatever its relative difference (the norm
+    within ``atol * sqrt(numel)``), as elements within ``atol`` do in tensor mode: a gradient
+    that is zero up to rounding noise on both sides agrees."""
     if s.nonfinite:
         return ERROR, f"statistics-based: NaN/Inf status of {', '.join(s.nonfinite)} differs"
     known = {k: v for k, v in s.rel_diffs.items() if v is not None}
     if not known:
         return WARNING, "statistics-based: no comparable statistics recorded"
-    worst = s.worst_stat
-    detail = f"{worst} rel diff {_g(known[worst])} (tolerance {stat_rtol:g})"
-    if s.max_rel <= stat_rtol:
+    if atol:
+        floor = {k: atol * (math.sqrt(numel) if k == "Norm" and numel else 1.0) for k in known}
+        known = {k: (0.0 if s.diffs.get(k) is not None and abs(s.diffs[k]) <= floor[k] else v)
+                 for k, v in known.items()}
+    worst = max(known, key=known.get)
+    worst_rel = known[worst]
+    shown = s.rel_diffs[worst]
+    detail = f"{worst} rel diff {_g(shown)} (tolerance {stat_rtol:g}" + (f", atol {atol:g})" if atol else ")")
+    if worst_rel <= stat_rtol:
         return PASS, f"statistics-based: Max/Min/Mean/Norm within {stat_rtol:g}; worst {detail}"
-    if s.max_rel <= 10 * stat_rtol:
+    if worst_rel <= 10 * stat_rtol:
         return WARNING, f"statistics-based: small deviation, {detail}"
     return ERROR, f"statistics-based: {detail}"
 

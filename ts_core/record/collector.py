@@ -43,13 +43,16 @@ class Call:
     """One API or module invocation being recorded."""
 
     __slots__ = ("base", "index", "fwd_key", "bwd_key", "name", "selected", "parent",
-                 "is_module", "record", "dump")
+                 "is_module", "record", "dump", "parent_key")
 
-    def __init__(self, base, index, fwd_key, bwd_key, name, selected, parent, is_module, dump):
+    def __init__(self, base, index, fwd_key, bwd_key, name, selected, parent, is_module, dump, parent_key=None):
         self.base, self.index, self.fwd_key, self.bwd_key = base, index, fwd_key, bwd_key
         self.name, self.selected, self.parent, self.is_module = name, selected, parent, is_module
         self.record: Optional[dict] = None
         self.dump = dump
+        # construct.json parent of the forward record: the enclosing module's forward, or the
+        # backward of the module whose backward is running (ops of a custom autograd.Function)
+        self.parent_key = parent.fwd_key if parent is not None else parent_key
 
 
 class Collector:
@@ -62,6 +65,7 @@ class Collector:
         self.counter = CallCounter()
         self.scope = Scope(cfg.list, cfg.scope)
         self.module_stack: List[Call] = []
+        self.backward_modules: List[Call] = []     # modules whose backward is running, innermost last
         self.stacks = StackRecorder(skip_dirs) if cfg.stack else None
         self.summ = Summarizer(adapter, md5=cfg.summary_mode == "md5")
         self._pending: List[Tuple[DumpDir, str, dict]] = []
@@ -92,6 +96,7 @@ class Collector:
         self.counter.reset()
         self.scope.reset()
         self.module_stack.clear()
+        self.backward_modules.clear()
         if self.stacks is not None:
             self.stacks.reset()
         self.dump_dirs.append(path)
@@ -108,6 +113,7 @@ class Collector:
             self.dump.close()
             self.dump = None
         self.module_stack.clear()
+        self.backward_modules.clear()
 
     def shutdown(self) -> None:
         """No more steps: stop the idle flusher thread."""
@@ -126,7 +132,8 @@ class Collector:
         name = without_direction(fwd)
         parent = self.module_stack[-1] if self.module_stack else None
         selected = self.scope.begin(name, fwd, parent is not None and parent.selected)
-        call = Call(base, index, fwd, bwd, name, selected, parent, is_module, self.dump)
+        in_backward = self.backward_modules[-1].bwd_key if parent is None and self.backward_modules else None
+        call = Call(base, index, fwd, bwd, name, selected, parent, is_module, self.dump, in_backward)
         if is_module:
             self.module_stack.append(call)
         if selected and self.stacks is not None and self.dump is not None:
@@ -153,7 +160,7 @@ class Collector:
             rec["parameters"] = {n: s(p, value_name(call.fwd_key, "parameters", n)) for n, p in params.items()}
         if self.want[FORWARD, "input"] or self.want[FORWARD, "output"]:
             self._emit(call.dump, call.fwd_key, rec)
-            self._construct(call.dump, call.fwd_key, call.parent.fwd_key if call.parent else None)
+            self._construct(call.dump, call.fwd_key, call.parent_key)
         call.record = None
 
     def end(self, call: Call) -> None:
@@ -162,7 +169,15 @@ class Collector:
             self.module_stack.pop()
         self.scope.end(call.name)
 
+    def backward_begins(self, call: Call) -> None:
+        """A module's backward starts (the gradients of its outputs arrived): calls recorded until
+        ``backward`` reports its input gradients belong to that module's backward."""
+        if call.is_module and call.dump is self.dump:
+            self.backward_modules.append(call)
+
     def backward(self, call: Call, grads_of_outputs: Any, grads_of_inputs: Any) -> None:
+        if call.is_module and call in self.backward_modules:
+            self.backward_modules.remove(call)
         if not (self.want[BACKWARD, "input"] or self.want[BACKWARD, "output"]):
             return
         dump = call.dump

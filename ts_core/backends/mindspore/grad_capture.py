@@ -15,7 +15,7 @@ requires grad).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 from mindspore import Tensor, ops
 
@@ -71,10 +71,11 @@ class GradRecord:
     """One call's output gradients as they arrive, and the one moment its record is complete:
     ``finish`` hands ``emit(grads_of_outputs, grads_of_inputs)`` the record exactly once."""
 
-    __slots__ = ("emit", "out_grads", "expected", "received", "done", "tapped")
+    __slots__ = ("emit", "on_start", "out_grads", "expected", "received", "done", "tapped")
 
     def __init__(self, emit: Callable[[list, list], None]):
         self.emit = emit
+        self.on_start: Optional[Callable[[], None]] = None   # unused: MindSpore records no call inside a backward
         self.out_grads: List[Any] = []     # one slot per output tensor
         self.expected = 0                  # output hooks placed
         self.received = 0                  # output gradients arrived

@@ -67,11 +67,12 @@ def release_leaf_hooks() -> None:
 class GradCapture:
     """Collects one call's gradients, then hands them to ``emit(grads_of_outputs, grads_of_inputs)``."""
 
-    __slots__ = ("emit", "out_grads", "in_grads", "watching", "done", "_wait", "_queued",
+    __slots__ = ("emit", "on_start", "out_grads", "in_grads", "watching", "done", "_wait", "_queued",
                  "_start", "_inputs", "_edges", "_leaves")
 
     def __init__(self, emit: Callable[[list, list], None]):
         self.emit = emit
+        self.on_start: Optional[Callable[[], None]] = None   # called when the first output gradient arrives
         self.out_grads: List[Any] = []
         self.in_grads: List[Any] = []
         self.watching = False          # the call has grad-requiring tensor inputs
@@ -217,6 +218,9 @@ class GradCapture:
             if self.done:
                 return None
             with internal():
+                if self.on_start is not None:      # this call's backward begins
+                    start, self.on_start = self.on_start, None
+                    start()
                 self.out_grads[i] = grad
                 if k is not None:
                     self.in_grads[k] = grad
