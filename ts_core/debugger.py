@@ -88,7 +88,11 @@ class PrecisionDebugger:
         if self.config.fingerprint:        # what this run was given, for tsprobe config-check
             from .configcheck.collect import on_start
 
-            on_start(self, model, self._collector.adapter)
+            try:
+                on_start(self, model, self._collector.adapter)
+            except Exception as exc:    # an aid for config-check: never the reason a run stops
+                self._warn_once("fingerprint", f"recording the run fingerprint failed ({exc!r}); "
+                                "training goes on without it (set fingerprint: false to skip it).")
         if token_range is not None:
             if self._token_range is None:
                 self._backend.watch_iterations(model if not isinstance(model, (list, tuple)) else model[0],

@@ -87,7 +87,9 @@ def _check_hf_model(result, runs, job: str, version_calls: set, version_scopes: 
         if r.golden_key is None or r.target_key is None:      # a call made on one side only
             assert api_forward and (key in version_calls or in_version_scope(key, side)), (key, r.reason)
             continue
-        assert default_normalise(r.golden_key) == default_normalise(r.target_key), (r.golden_key, r.target_key)
+        if not (api_forward and in_version_scope(key, side)):   # there the versions' ops may differ and
+            # the compare pairs them by the values they compute (rotary: `@` in one version, `*` in the other)
+            assert default_normalise(r.golden_key) == default_normalise(r.target_key), (r.golden_key, r.target_key)
         both_tensors = r.golden_shape is not None and r.target_shape is not None
         if both_tensors and not (api_forward and in_version_scope(key, side)):
             assert r.verdict == "pass", (key, r.arg, r.reason)

@@ -55,19 +55,19 @@ def framework_settings() -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     torch = sys.modules.get("torch")
     if torch is not None:
-        probes = {
+        probes = {      # each probe is a call: a torch-like module (mindtorch) may lack any of them
             "version": lambda: torch.__version__, "cuda": lambda: torch.version.cuda,
-            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
-            "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled,
+            "deterministic_algorithms": lambda: torch.are_deterministic_algorithms_enabled(),
+            "deterministic_warn_only": lambda: torch.is_deterministic_algorithms_warn_only_enabled(),
             "cudnn_deterministic": lambda: torch.backends.cudnn.deterministic,
             "cudnn_benchmark": lambda: torch.backends.cudnn.benchmark,
             "allow_tf32_matmul": lambda: torch.backends.cuda.matmul.allow_tf32,
             "allow_tf32_cudnn": lambda: torch.backends.cudnn.allow_tf32,
             "fp16_reduced_precision_reduction": lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
             "bf16_reduced_precision_reduction": lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
-            "float32_matmul_precision": torch.get_float32_matmul_precision,
+            "float32_matmul_precision": lambda: torch.get_float32_matmul_precision(),
             "default_dtype": lambda: str(torch.get_default_dtype()),
-            "num_threads": torch.get_num_threads, "initial_seed": torch.initial_seed,
+            "num_threads": lambda: torch.get_num_threads(), "initial_seed": lambda: torch.initial_seed(),
         }
         out["torch"] = _probe(probes)
     ms = sys.modules.get("mindspore")
@@ -75,7 +75,7 @@ def framework_settings() -> Dict[str, Any]:
         out["mindspore"] = _probe({
             "version": lambda: ms.__version__, "mode": lambda: ms.get_context("mode"),
             "deterministic": lambda: ms.get_context("deterministic"),
-            "device_target": lambda: ms.get_context("device_target"), "seed": ms.get_seed,
+            "device_target": lambda: ms.get_context("device_target"), "seed": lambda: ms.get_seed(),
         })
     return out
 
