@@ -61,6 +61,7 @@ class PrecisionDebugger:
         self._token_range: Optional[tuple] = None
         self._iteration = 0
         self._debug_counts: dict = {}
+        self._debug_dump: Any = None        # the step folder the counts number keys in
         self._warned: set = set()
         self._keep_installed = False     # prepare(): patches stay until close()
         self._monitor: Optional[Monitor] = Monitor(self.config) if self.config.monitor is not None else None
@@ -202,6 +203,7 @@ class PrecisionDebugger:
             self._close_step()
         finally:        # a write error raised above (on_write_error: raise) still restores everything
             self._closed = True
+            self._debug_dump = None
             from .configcheck.collect import on_close
 
             on_close(self)
@@ -314,6 +316,8 @@ class PrecisionDebugger:
             return
         if col.dump is None or col.step != self.current_step:
             col.open_step(self.current_step, rank)
+        if col.dump is not self._debug_dump:     # numbering restarts in every step folder,
+            self._debug_dump = col.dump          # also one that start() opened
             self._debug_counts.clear()
         n = self._debug_counts.get(name, 0)
         self._debug_counts[name] = n + 1

@@ -113,6 +113,32 @@ def test_debug_level_save_forward_and_gradient(dump_root):
     assert data["state.0.debug"]["n"] == {"type": "int", "value": 7}
 
 
+@pytest.mark.parametrize("with_start", [True, False])
+def test_debug_save_numbering_restarts_every_step(dump_root, with_start):
+    """Each step folder numbers its saves from 0, also when start() opened the folder."""
+    lin = torch.nn.Linear(2, 2)
+    dbg = PrecisionDebugger(dump_path=dump_root, level="debug", step=[0, 1, 2])
+    values = {}
+    for step in range(3):
+        if with_start:
+            dbg.start(lin)
+        x = torch.full((2, 2), float(step + 1), requires_grad=True)
+        dbg.save(x, "x")
+        dbg.save(x * 3, "x", save_backward=False)
+        lin(x).sum().backward()
+        if with_start:
+            dbg.stop()
+        dbg.step()
+        values[step] = float(step + 1)
+    dbg.close()
+    for step, v in values.items():
+        data = _data(dump_root, step=step)
+        assert set(data) == {"x.0.debug", "x.1.debug", "x_grad.0.debug"}, (step, sorted(data))
+        assert data["x.0.debug"]["Max"] == v and data["x.1.debug"]["Max"] == 3 * v
+        # d/dx sum(lin(x)) = column sums of the weight, the same every step
+        np.testing.assert_allclose(data["x_grad.0.debug"]["Max"], lin.weight.sum(0).max().item(), rtol=1e-6)
+
+
 def test_save_outside_debug_level_warns_and_records_nothing(dump_root):
     dbg = PrecisionDebugger(dump_path=dump_root, level="L1", step=[0])
     with pytest.warns(UserWarning, match="level 'debug'"):

@@ -137,3 +137,24 @@ def test_debug_save_records_value_and_gradient(dump_root):
     data = load_dump(rank)["data"]
     np.testing.assert_array_equal(helpers.npy(rank, data["hidden.0.debug"]), ops.sin(x).asnumpy())
     np.testing.assert_array_equal(helpers.npy(rank, data["hidden_grad.0.debug"]), ref.asnumpy())
+
+
+def test_nested_cells_sharing_an_input_complete_innermost_first(dump_root):
+    """encoder and its first Dense have the same input: both records hold its gradient, and the
+    inner Cell's is written first (as autodiff reaches it first), so compare names the inner one."""
+    net = helpers.Outer()
+    x = helpers.tensor((3, 4), seed=4)
+    g_x = ms.grad(lambda v: _loss(net(v)))(x)
+
+    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level="L0", step=[0])
+    dbg.start(net)
+    ms.grad(lambda v: _loss(net(v)))(x)
+    dbg.stop()
+    dbg.close()
+    rank = helpers.rank_dir(dump_root)
+    data = load_dump(rank)["data"]
+    inner, outer = "Cell.encoder.0.Dense.backward.0", "Cell.encoder.SequentialCell.backward.0"
+    for key in (inner, outer):
+        np.testing.assert_array_equal(helpers.npy(rank, data[key]["output"][0]), g_x.asnumpy())
+    keys = list(data)
+    assert keys.index(inner) < keys.index(outer)

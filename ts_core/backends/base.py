@@ -31,6 +31,14 @@ def is_inplace(name: str, kwargs: dict) -> bool:
     return bool(kwargs.get("inplace")) or kwargs.get("out") is not None
 
 
+def _depth_above(stack: list, call: Any) -> Optional[int]:
+    """The module-stack depth just above `call` (by identity); None when it is not on the stack."""
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i] is call:
+            return i + 1
+    return None
+
+
 class Backend(abc.ABC):
     """One debugger's hooks into one framework; a subclass per framework (see the module doc)."""
 
@@ -79,19 +87,33 @@ class Backend(abc.ABC):
     def install(self, model: Any = None) -> None:
         """Wrap the APIs the level asks for (once) and hook `model` (a model or a list of them)."""
         self._check_runtime_impl()
-        if self.wraps_apis and not self._apis_installed:
-            self.apis.install()
-            self._apis_installed = True
         if model is None:
+            if self.wraps_apis:
+                self._install_apis()
             return
         models = model if isinstance(model, (list, tuple)) else [model]
-        for i, m in enumerate(models):
+        for m in models:
             if not self._is_model_impl(m):
                 raise TypeError(f"start(model=...) expects {self.model_type_name}, got {type(m).__name__}")
+        if self.wraps_apis:
+            self._install_apis()
+        for i, m in enumerate(models):
             if self.hooks_modules:
                 self._hook_model(m, index=i if len(models) > 1 else None)
             if self.wraps_apis:
                 self._wrap_model_calls_impl(m)
+                self.apis.wrap_held(m, self._model_objects)
+
+    def _install_apis(self) -> None:
+        if not self._apis_installed:
+            self.apis.install()
+            self._apis_installed = True
+
+    def _model_objects(self, model: Any) -> Iterator[Any]:
+        """`model` and every submodule: where attributes holding API functions are looked for."""
+        yield model
+        for _, m in self._submodules_impl(model):
+            yield m
 
     def watch_iterations(self, model: Any, on_begin: Callable[[], None], on_end: Callable[[], None]) -> None:
         """Call on_begin/on_end around every forward of the root model (token ranges)."""
@@ -267,6 +289,7 @@ class Backend(abc.ABC):
         call, capture, inplace = entry
         col = self.collector
         with internal():
+            self._end_stale(_depth_above(col.module_stack, call))
             try:
                 if call.selected:
                     if capture is not None:
@@ -276,6 +299,26 @@ class Backend(abc.ABC):
             finally:
                 col.end(call)
         return None
+
+    def _end_stale(self, depth: Optional[int]) -> None:
+        """End the module calls above `depth` on the module stack: calls whose forward hook never
+        ran (a module that bypasses it) must not stay the parent of everything recorded after
+        them. Run when an enclosing module's call ends; their forward records are written with
+        a null output. (No hook on the root model: its hooks would stay on it between steps.)"""
+        col = self.collector
+        stack = col.module_stack
+        if depth is None:
+            return
+        while len(stack) > depth:
+            stale = stack[-1]
+            try:
+                if stale.selected:
+                    col.forward_outputs(stale, None)
+            finally:
+                col.end(stale)
+                if stack and stack[-1] is stale:      # the collector did not pop it: drop it anyway
+                    stack.pop()
+            self.hooks.abandon(stale)
 
     def _on_param_grad(self, base: str, pname: str, grad: Any) -> None:
         """A parameter's gradient, from a hook or re-read: summarised while a step folder is open.

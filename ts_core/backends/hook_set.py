@@ -64,6 +64,16 @@ class HookSet:
         stack = self._open.get(id(module))
         return stack.pop() if stack else None
 
+    def abandon(self, call: Any) -> Any:
+        """Forget the call in flight whose record is `call` (its module's end never came);
+        returns its gradient capture (or None)."""
+        for stack in self._open.values():
+            for i, entry in enumerate(stack):
+                if entry is not None and entry[0] is call:
+                    del stack[i]
+                    return entry[1]
+        return None
+
     def watch_param(self, base: str, pname: str, param: Any) -> None:
         """Remember a hooked parameter (weakly) so its gradient can be read again later."""
         self._params.append((base, pname, weakref.ref(param)))

@@ -3,14 +3,22 @@
 Shared by the framework backends; each subclass only says which owners (modules, the Tensor
 class) its API-list sections name (``_owners``). The wrapper's fast path is two attribute
 reads: not collecting, or already inside a wrapped call.
+
+A model may hold an API function it took before the patch (transformers' ``GELUActivation``
+sets ``self.act = nn.functional.gelu`` at construction): calling it never reaches the patched
+name. ``wrap_held`` finds such attributes on the model's modules (the function itself, or a
+``functools.partial`` of it) and points them at the same wrapper, so the call is recorded under
+the function's own key; ``restore`` puts the originals back.
 """
 from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Callable, Collection, Dict, FrozenSet, Iterator, List, Optional, Tuple
+import weakref
+from typing import Any, Callable, Collection, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple
 
 from ._depth import DEPTH
+from .hook_set import WeakIdSet
 
 _LIST_CACHE: Dict[Tuple[str, float], Dict[str, List[str]]] = {}
 
@@ -32,6 +40,7 @@ def read_api_list(path: str, sections: Collection[str]) -> Dict[str, List[str]]:
             raise ValueError(f"{path}: unknown sections {sorted(unknown)}; allowed: {sorted(sections)}")
         cached = _LIST_CACHE[key] = {k: [str(n) for n in (v or [])] for k, v in data.items()}
     return {k: list(v) for k, v in cached.items()}
+
 
 _MISSING = object()
 
@@ -59,6 +68,9 @@ class ApiPatcher:
         self.runner = runner
         self.switch = switch
         self._saved: List[Tuple[Any, str, Any]] = []
+        self._wrappers: Dict[int, Tuple[Any, Callable]] = {}     # id(original) -> (original, wrapper)
+        self._held: List[Tuple[weakref.ref, str, Any, Any]] = []  # (object, attribute, original, set)
+        self._walked = WeakIdSet()                               # models already searched
 
     def _owners(self, api_list: Dict[str, List[str]]) -> Iterator[Tuple[Any, str, List[str]]]:
         """(owner object, key prefix, names) per section; sections whose module is missing are skipped."""
@@ -82,13 +94,45 @@ class ApiPatcher:
         if not callable(orig) or isinstance(orig, type) or getattr(orig, "__tsprobe_orig__", None):
             return False
         self._saved.append((parent, attr, parent.__dict__.get(attr, _MISSING)))
-        setattr(parent, attr, self._wrap(orig, base, attr))
+        wrapper = self._wrap(orig, base, attr)
+        setattr(parent, attr, wrapper)
+        self._wrappers.setdefault(id(orig), (orig, wrapper))    # one function, several names: the first
         return True
+
+    def wrap_held(self, model: Any, objects: Callable[[Any], Iterable[Any]]) -> int:
+        """Point attributes of ``objects(model)`` that hold an original API function (or a
+        ``functools.partial`` of one) at its wrapper. Once per model; returns how many."""
+        if not self._wrappers or not self._walked.add(model):
+            return 0
+        n = 0
+        for obj in objects(model):
+            attrs = getattr(obj, "__dict__", None)
+            if not isinstance(attrs, dict):
+                continue
+            for attr, value in list(attrs.items()):
+                new = self._wrapped_value(value)
+                if new is not None:
+                    attrs[attr] = new
+                    self._held.append((weakref.ref(obj), attr, value, new))
+                    n += 1
+        return n
+
+    def _wrapped_value(self, value: Any) -> Any:
+        """The wrapped twin of `value` when it is (a partial of) a wrapped original, else None."""
+        if isinstance(value, functools.partial):
+            inner = self._wrapped_value(value.func)
+            return None if inner is None else functools.partial(inner, *value.args, **value.keywords)
+        hit = self._wrappers.get(id(value))
+        return hit[1] if hit is not None and hit[0] is value else None
 
     def restore_one(self, owner: Any, dotted: str) -> bool:
         parent, attr, _ = resolve(owner, dotted)
         for i, (p, a, orig) in enumerate(self._saved):
             if p is parent and a == attr:
+                current = getattr(p, a)
+                key = id(getattr(current, "__tsprobe_orig__", None))
+                if self._wrappers.get(key, (None, None))[1] is current:
+                    del self._wrappers[key]
                 self._put_back(p, a, orig)
                 del self._saved[i]
                 return True
@@ -108,6 +152,14 @@ class ApiPatcher:
     def restore(self) -> None:
         while self._saved:
             self._put_back(*self._saved.pop())
+        while self._held:
+            ref, attr, orig, new = self._held.pop()
+            obj = ref()
+            attrs = getattr(obj, "__dict__", None) if obj is not None else None
+            if isinstance(attrs, dict) and attrs.get(attr) is new:     # unless the user replaced it
+                attrs[attr] = orig
+        self._wrappers.clear()
+        self._walked.clear()
 
     @staticmethod
     def _put_back(parent: Any, attr: str, orig: Any) -> None:

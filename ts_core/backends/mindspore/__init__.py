@@ -5,7 +5,8 @@ What is MindSpore's own (the flow is ``backends/base.py``): models are ``nn.Cell
 gradients come from ``Parameter.register_hook`` only (a Parameter keeps no accumulated
 gradient, so there is nothing to re-read); backward hooks are placed only while PyNative
 records a gradient; a capture whose input tap never fires (MindSpore prunes branches that lead
-to no requested input) is completed at the end of the step (grad_capture.Pending); GRAPH_MODE
+to no requested input) is completed at the end of the step (grad_capture.Pending); Cells that
+define ``bprop`` get their forward post hook through their ``__call__`` (bprop_cells); GRAPH_MODE
 runs no Python hook, which ``install`` warns about.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from mindspore import nn
 from ..base import Backend
 from ._runtime import grad_recording, is_pynative, warm_up
 from .api_hooks import ApiPatcher
+from .bprop_cells import has_bprop, register_post_hook
 from .grad_capture import GradCapture, Pending, flat_tensors
 from .primitive_hooks import PrimitivePatcher
 from .tensors import FLOATING, MindSporeAdapter
@@ -97,6 +99,12 @@ class MindSporeBackend(Backend):
 
     def _grad_capture_impl(self, emit) -> GradCapture:
         return GradCapture(emit, self.pending)
+
+    def _forward_hook_impl(self, module: nn.Cell, hook, with_kwargs: bool) -> Any:
+        if has_bprop(module):       # MindSpore ignores register_forward_hook on such a Cell
+            fn = hook if with_kwargs else (lambda cell, args, kwargs, out: hook(cell, args, out))
+            return register_post_hook(module, fn)
+        return module.register_forward_hook(hook, with_kwargs=with_kwargs, always_call=True)
 
     def _may_get_grad_impl(self, tensor: Any) -> bool:
         return tensor.dtype in FLOATING

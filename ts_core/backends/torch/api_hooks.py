@@ -1,5 +1,6 @@
 """L1: which torch APIs are wrapped: torch.*, torch.nn.functional.*, torch.Tensor
-methods/operators and torch.distributed collectives listed in ``api_list.yaml``. The wrapper
+methods/operators, torch._VF (what nn.LSTM/GRU/RNN call) and torch.distributed collectives
+listed in ``api_list.yaml``. The wrapper
 (patching.py) and the body that records a call (base.Backend.run_api) are shared by backends.
 """
 from __future__ import annotations
@@ -13,8 +14,11 @@ import torch
 from .. import patching
 
 API_LIST = os.path.join(os.path.dirname(__file__), "api_list.yaml")
-PREFIXES = {"torch": "Torch", "functional": "Functional", "tensor": "Tensor", "distributed": "Distributed"}
-_NAMESPACES = {"torch": "torch", "functional": "torch.nn.functional", "distributed": "torch.distributed"}
+# api_list.yaml section -> key prefix (msprobe's: its support_wrap_ops.yaml names the same sections)
+PREFIXES = {"torch": "Torch", "functional": "Functional", "tensor": "Tensor", "distributed": "Distributed",
+            "_VF": "VF"}
+_NAMESPACES = {"torch": "torch", "functional": "torch.nn.functional", "distributed": "torch.distributed",
+               "_VF": "torch._VF"}
 
 # Calls whose result may alias an input: the input must stay the user's own tensor.
 ALIASING = frozenset("""view view_as reshape reshape_as transpose transpose_ t permute __getitem__ narrow
@@ -31,7 +35,7 @@ def load_api_list(path: str = API_LIST) -> Dict[str, List[str]]:
 
 
 class ApiPatcher(patching.ApiPatcher):
-    """torch.*, torch.nn.functional.*, torch.Tensor, torch.distributed (see api_list.yaml)."""
+    """torch.*, torch.nn.functional.*, torch.Tensor, torch._VF, torch.distributed (see api_list.yaml)."""
 
     aliasing = ALIASING
     collective_prefixes = ("Distributed",)
