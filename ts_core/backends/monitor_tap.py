@@ -67,8 +67,7 @@ class MonitorTap:
                     self._inplace.add(base)
                     handles.append(module.register_forward_pre_hook(functools.partial(self._pre, base),
                                                                     with_kwargs=True))
-                handles.append(module.register_forward_hook(functools.partial(self._post, base),
-                                                            with_kwargs=True, always_call=True))
+                handles.append(be._forward_hook_impl(module, functools.partial(self._post, base), True))
                 for pname, param in be._own_parameters_impl(module).items():
                     if getattr(param, "requires_grad", False):
                         self.hooks.watch_param(base, pname, param)
