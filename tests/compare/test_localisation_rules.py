@@ -6,6 +6,8 @@ clean pair (no-op calls, other decompositions) raises nothing.
 """
 import json
 
+import numpy as np
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -215,3 +217,46 @@ def test_no_op_calls_and_other_decompositions_raise_nothing(tmp_path, variant, l
     else:                                                     # silu <-> x * sigmoid(x): one group
         groups = {(x.golden_key, x.target_key) for x in r.rows if x.target_key and "+" in x.target_key}
         assert ("Functional.silu.0.forward", "Torch.sigmoid.0.forward+Tensor.__mul__.0.forward") in groups
+
+
+class Scatter(nn.Module):
+    """MoE-style routing: a scratch buffer not made by any recorded call (torch.empty_like in
+    Mixtral; here numpy, so its prior contents are chosen) is written through ``__setitem__``."""
+
+    def __init__(self, junk: float, rows: slice):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.junk, self.rows = junk, rows
+
+    def forward(self, x):
+        buf = torch.from_numpy(np.full((6, 4), self.junk, np.float32))
+        y = self.fc(x)
+        buf[self.rows] = y[self.rows]
+        return buf.sum()
+
+
+def _scatter_pair(tmp_path, rows):
+    paths = []
+    for name, junk in (("g", 0.0), ("t", 5.0)):
+        torch.manual_seed(0)
+        model = Scatter(junk, rows)
+        dbg = PrecisionDebugger(dump_path=str(tmp_path / name), task="tensor", level="L1", step=[0])
+        dbg.start(model)
+        model(torch.randn(6, 4)).backward()
+        dbg.stop()
+        dbg.step()
+        dbg.close()
+        paths.append(tmp_path / name)
+    return compare(*paths, verbose=False)
+
+
+def test_a_buffer_wholly_overwritten_in_place_is_no_divergence(tmp_path):
+    r = _scatter_pair(tmp_path, slice(None))
+    assert r.first_divergence is None, r.first_divergence
+    assert _row(r, "Tensor.__setitem__.0.forward", "input.0").failed          # what it held did differ
+    assert all(x.verdict == "pass" for x in r.rows if x.role == "output")
+
+
+def test_a_buffer_partly_overwritten_in_place_is_named_at_the_write(tmp_path):
+    r = _scatter_pair(tmp_path, slice(0, 3))                 # rows 3..5 keep what the buffer held
+    assert r.first_divergence is not None and r.first_divergence.key == "Tensor.__setitem__.0.forward"
