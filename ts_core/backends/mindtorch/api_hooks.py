@@ -46,9 +46,16 @@ RETURNS_SELF = frozenset("""contiguous detach detach_ to type type_as float half
 bool byte char short cpu cuda astype""".split())
 
 
+# Sections of torch's list that mindtorch has no counterpart for (no torch._VF recurrent kernels).
+NOT_IN_MINDTORCH = ("_VF",)
+
+
 def load_api_list(path: str = API_LIST) -> Dict[str, List[str]]:
-    """The sections of this backend's API-list file."""
-    return patching.read_api_list(path, SECTIONS)
+    """The sections of torch's API-list file that mindtorch has."""
+    api_list = patching.read_api_list(path, set(SECTIONS) | set(NOT_IN_MINDTORCH))
+    for section in NOT_IN_MINDTORCH:
+        api_list.pop(section, None)
+    return api_list
 
 
 class ApiPatcher(patching.ApiPatcher):
