@@ -127,3 +127,23 @@ def test_hooked_model_is_freed_after_close(dump_root):
     del model
     gc.collect()
     assert ref() is None
+
+
+def test_record_param_grads_rereads_changed_gradients_and_keeps_unchanged_ones(tmp_path):
+    """After backward, record_param_grads() takes .grad again: a gradient changed in place since
+    (an unscale, an all-reduce) is recorded with its new values; an unchanged one as it was."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), level="L0", step=[0])
+    dbg.start(model)
+    model(torch.randn(5, 4)).sum().backward()
+    first = model[0].weight.grad.clone()
+    model[0].weight.grad.mul_(0.5)                # changed in place after the hook saw it
+    dbg.record_param_grads()
+    dbg.stop()
+    dbg.close()
+    data = load_dump(str(tmp_path / "step0" / "rank"))["data"]
+    w0 = data["Module.0.Linear.parameters_grad.0"]["weight"][0]
+    assert w0["Max"] == pytest.approx(float((first * 0.5).max()))
+    w1 = data["Module.1.Linear.parameters_grad.0"]["weight"][0]
+    assert w1["Max"] == pytest.approx(float(model[1].weight.grad.max()))

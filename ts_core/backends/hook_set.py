@@ -51,6 +51,7 @@ class HookSet:
         self._open: Dict[int, list] = {}          # per module: the calls in flight (re-entrancy)
         self._params: List[Tuple[str, str, weakref.ref]] = []     # parameters whose .grad can be re-read
         self.param_grads: Dict[str, Dict[str, Any]] = {}
+        self._grads_seen: Dict[Tuple[str, str], Tuple[Any, Any]] = {}   # (base, param) -> (grad ref, content key)
 
     def calls_in_flight(self, module: Any) -> list:
         """The stack of `module`'s calls between its pre and post hook (a module may re-enter)."""
@@ -85,20 +86,34 @@ class HookSet:
                 yield base, pname, param
 
     def store_param_grad(self, base: str, pname: str, grad: Any) -> None:
-        """Summarise a parameter's gradient now; the latest one per parameter is recorded."""
+        """Summarise a parameter's gradient now; the latest one per parameter is recorded. A
+        re-read of a gradient already summarised and unchanged since (``capture_param_grads``
+        after the hooks) keeps that summary instead of summarising and writing it again."""
+        seen_key = self._content_key(grad)
+        seen = self._grads_seen.get((base, pname))
+        if seen_key is not None and seen is not None and seen[0]() is grad and seen[1] == seen_key:
+            return
         key = params_grad_key(base, 0)
         summary = self.collector.summarize_for(key, grad, value_name(key, pname))
         self.param_grads.setdefault(base, {})[pname] = [summary]     # msprobe: a one-element list
+        if seen_key is not None:
+            self._grads_seen[(base, pname)] = (weakref.ref(grad), seen_key)
+
+    def _content_key(self, grad: Any) -> Any:
+        key_of = getattr(self.collector.adapter, "content_key", None)   # optional in TensorAdapter
+        return key_of(grad) if key_of is not None else None
 
     def emit_param_grads(self) -> None:
         """One ``parameters_grad`` record per module with gradients this step."""
         grads, self.param_grads = self.param_grads, {}
+        self._grads_seen.clear()
         for base, rec in grads.items():
             self.collector.params_grad(base, rec)
 
     def reset(self) -> None:
         self._open.clear()
         self.param_grads.clear()
+        self._grads_seen.clear()
 
     def remove(self) -> None:
         for h in self.handles:
