@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import threading
 import zlib
 
 import numpy as np
@@ -116,3 +117,25 @@ def test_disabled_native_path_gives_the_same_summary(tmp_path):
     a, b = rows["0"]["row"], rows["1"]["row"]
     assert a[:2] == b[:2]
     assert a[2] == pytest.approx(b[2], rel=1e-5, abs=1e-7) and a[3] == pytest.approx(b[3], rel=1e-5)
+
+
+@pytest.mark.skipif(not native.available(), reason="native kernels not built (no C compiler)")
+def test_threads_each_get_their_own_statistics():
+    """The kernel runs with the GIL released: two threads summarising at once (a training
+    thread and a data-loading thread) must not read each other's results."""
+    stats = native.Stats()
+    wrong = []
+
+    def work(value: float) -> None:
+        t = torch.full((1 << 20,), value)
+        for _ in range(200):
+            row = stats(t.data_ptr(), t.numel(), 0)
+            if row[0] != value:
+                wrong.append((value, row[0]))
+
+    threads = [threading.Thread(target=work, args=(v,)) for v in (0.0, 7.0)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert wrong == []

@@ -65,22 +65,24 @@ def available() -> bool:
 
 
 class Stats:
-    """A reusable output buffer bound to the loaded library (one per caller thread)."""
+    """The statistics kernel with an output buffer per calling thread: the kernel runs with the
+    GIL released, so threads sharing one buffer would read each other's results."""
 
-    __slots__ = ("_fn", "_out", "_addr")
+    __slots__ = ("_fn", "_local")
 
     def __init__(self) -> None:
         lib = _load()
         if lib is None:
             raise RuntimeError("tsprobe native kernels are not available")
         self._fn = lib.tsp_stats
-        self._out = (ctypes.c_double * 4)()
-        self._addr = ctypes.addressof(self._out)
+        self._local = threading.local()
 
     def __call__(self, address: int, numel: int, code: int) -> Optional[List[float]]:
-        if self._fn(address, numel, code, self._addr) != 0:
+        out = getattr(self._local, "out", None)
+        if out is None:
+            out = self._local.out = (ctypes.c_double * 4)()
+        if self._fn(address, numel, code, ctypes.addressof(out)) != 0:
             return None
-        out = self._out
         return [out[0], out[1], out[2], out[3]]
 
 
