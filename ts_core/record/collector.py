@@ -262,7 +262,15 @@ class Collector:
 
     # -- output -------------------------------------------------------------------------
     def _emit(self, dump: DumpDir, key: str, rec: Any) -> None:
-        self._pending.append((dump, key, rec))
+        """A record whose values are all on the host, with nothing queued before it, is encoded
+        now: only its JSON text stays in memory. Queued record dicts live until the next flush,
+        long enough to be promoted into Python's oldest GC generation, and every ~100k promoted
+        objects make the interpreter run a full collection over the whole training process's
+        heap (~0.5 s with torch and transformers loaded)."""
+        if not self._pending and not self.summ.n_pending:
+            dump.add_record(key, rec)
+        else:
+            self._pending.append((dump, key, rec))
         if self._flush_due():
             self.flush()
 
@@ -288,7 +296,7 @@ class Collector:
         with self._flush_lock:
             n = len(self._pending)      # records appended meanwhile (another thread) stay queued
             self.summ.resolve()         # covers every record among the first n
-            dumps: Dict[int, DumpDir] = {}
+            dumps: Dict[int, DumpDir] = {} if self.dump is None else {id(self.dump): self.dump}
             for dump, key, rec in self._pending[:n]:
                 dump.add_record(key, rec)
                 dumps[id(dump)] = dump
@@ -299,7 +307,9 @@ class Collector:
 
     @property
     def has_pending(self) -> bool:
-        return bool(self._pending)
+        """Records not yet handed to the OS: queued, or encoded into the journal's buffer."""
+        dump = self.dump
+        return bool(self._pending) or (dump is not None and dump.unflushed)
 
     def _late(self, key: str) -> None:
         if not self._late_warned:

@@ -65,6 +65,9 @@ class TensorAdapter(Protocol):
 
 
 _PLAIN = (bool, int, float, str)
+# Statistics already on the host, matched by exact type (a backend's pending device handle may be
+# a tuple subclass). Rows are tuples of floats where the backend can: the GC untracks those.
+HOST_ROW = (list, tuple)
 
 
 class _Seen:
@@ -144,7 +147,7 @@ class Summarizer:
                 self.pending_xor.append((out, handle))
         else:
             handle = ad.stats(t)
-            if type(handle) is list:            # already on the host (native kernel): filled now
+            if type(handle) in HOST_ROW:        # already on the host (native kernel): filled now
                 dtype = out["dtype"]
                 out["Max"] = _typed(handle[0], dtype, "Max")
                 out["Min"] = _typed(handle[1], dtype, "Min")

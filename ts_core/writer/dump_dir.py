@@ -104,6 +104,11 @@ class DumpDir:
                                       os.path.join(self.tensor_dir, file_name))
         return file_name
 
+    @property
+    def unflushed(self) -> bool:
+        """Journal lines collected but not yet handed to the OS."""
+        return self._journal is not None and self._journal.unflushed
+
     def flush(self) -> None:
         if self._journal is None:
             return

@@ -54,6 +54,10 @@ class Journal:
         p = "null" if parent is None else json_string(parent)
         self._buf.append(f'{{"t":"construct","k":{json_string(key)},"v":{p}}}')
 
+    @property
+    def unflushed(self) -> bool:
+        return bool(self._buf)
+
     def flush(self) -> None:
         """One write() per flush: the OS has the bytes even if the process is killed next."""
         n = len(self._buf)             # lines appended meanwhile stay for the next flush

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import zlib
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, NamedTuple, Optional
 
 import numpy as np
 import mindspore as ms
@@ -38,6 +38,12 @@ def host_array(t: Tensor) -> np.ndarray:
         return np.array(t.asnumpy(), copy=True)
 
 
+class DeviceStats(NamedTuple):
+    """A pending statistics handle: not a plain tuple, which the summarizer takes for a host row."""
+    values: tuple
+    kind: Any
+
+
 class NotOnMainThread(RuntimeError):
     pass
 
@@ -59,7 +65,7 @@ class MindSporeAdapter:
         # when a grad function asks for them.
         return bool(getattr(t, "requires_grad", False))
 
-    def stats(self, t: Tensor) -> Optional[Tuple[tuple, Any]]:
+    def stats(self, t: Tensor) -> Optional[DeviceStats]:
         """((Max, Min, Mean, Norm) as 0-d device tensors, host type of Max/Min) or None.
 
         Cheap pyboost reductions only (~5 us each to launch on CPU); the four values are not
@@ -81,9 +87,9 @@ class MindSporeAdapter:
                 f = t if dt == ms.float32 else t.astype(ms.float32)
             else:                               # float64 and integers
                 f = t if dt == ms.float64 else t.astype(ms.float64)
-            return (_max(f), _min(f), _mean(f), _sqrt(_sum(_mul(f, f)))), kind
+            return DeviceStats((_max(f), _min(f), _mean(f), _sqrt(_sum(_mul(f, f)))), kind)
 
-    def stats_to_host(self, handles: List[Tuple[tuple, Any]]) -> List[List[Any]]:
+    def stats_to_host(self, handles: List[DeviceStats]) -> List[List[Any]]:
         if threading.current_thread().name == _IDLE_FLUSH_THREAD:
             # The collector's idle-flush thread: a MindSpore sync from a second thread waits
             # until the main thread stops launching ops (it starves for as long as training

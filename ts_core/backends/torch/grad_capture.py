@@ -30,7 +30,8 @@ backward restricted with ``inputs=``) are completed when the backward pass ends.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+import types
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -45,6 +46,7 @@ def flat_tensors(obj: Any, out: List[torch.Tensor]) -> List[torch.Tensor]:
     return leaves(obj, lambda v: isinstance(v, torch.Tensor), out)
 
 
+_NONE: Dict[Any, int] = types.MappingProxyType({})    # read-only: no input edges noted
 _LEAF_HOOKS: Dict[int, Any] = {}          # hooks on leaf tensors, by id of their handle
 
 
@@ -73,16 +75,19 @@ class GradCapture:
     def __init__(self, emit: Callable[[list, list], None]):
         self.emit = emit
         self.on_start: Optional[Callable[[], None]] = None   # called when the first output gradient arrives
-        self.out_grads: List[Any] = []
-        self.in_grads: List[Any] = []
+        # Empty tuples until the call's tensors are known: a capture lives until its backward,
+        # and a container allocated per call that outlives a GC collection is promoted towards
+        # the interpreter's full collections (see Collector._emit).
+        self.out_grads: Sequence[Any] = ()
+        self.in_grads: Sequence[Any] = ()
         self.watching = False          # the call has grad-requiring tensor inputs
         self.done = False
         self._wait = 0                 # hook calls still to come before the record is complete
         self._queued = False
         self._start = 0
-        self._inputs: List[Tuple[torch.Tensor, int, Any]] = []   # (input, its version, its grad_fn)
-        self._edges: Dict[Tuple[int, int], int] = {}             # (id(grad_fn), output_nr) -> input
-        self._leaves: Dict[int, int] = {}                        # id(leaf tensor) -> input
+        self._inputs: Sequence[Tuple[torch.Tensor, int, Any]] = ()   # (input, its version, its grad_fn)
+        self._edges: Dict[Tuple[int, int], int] = _NONE          # (id(grad_fn), output_nr) -> input
+        self._leaves: Dict[int, int] = _NONE                     # id(leaf tensor) -> input
 
     replaces_inputs = False            # the call runs with the caller's own tensors
 
@@ -96,22 +101,26 @@ class GradCapture:
     def watch_inputs(self, args: tuple, kwargs: dict) -> None:
         """Before the call: note where each grad-requiring input's gradient will arrive."""
         n = 0
+        inputs: List[Tuple[torch.Tensor, int, Any]] = []
+        edges: Dict[Tuple[int, int], int] = {}
+        leaves: Dict[int, int] = {}
         for t in flat_tensors((args, kwargs), []):
             if not t.requires_grad:
                 continue
             fn = t.grad_fn
             if fn is None:
-                if id(t) in self._leaves:
+                if id(t) in leaves:
                     continue
-                self._leaves[id(t)] = n
+                leaves[id(t)] = n
             else:
                 key = (id(fn), t.output_nr)
-                if key in self._edges:
+                if key in edges:
                     continue
-                self._edges[key] = n
-            self._inputs.append((t, t._version, fn))      # holding fn keeps its id unique
+                edges[key] = n
+            inputs.append((t, t._version, fn))      # holding fn keeps its id unique
             n += 1
         if n:
+            self._inputs, self._edges, self._leaves = inputs, edges, leaves
             self.watching = True
             self.in_grads = [None] * n
             self._start = _next_sequence_nr()
@@ -188,9 +197,8 @@ class GradCapture:
         return found
 
     def _release(self) -> None:
-        self._inputs = []
-        self._edges = {}
-        self._leaves = {}
+        self._inputs = ()
+        self._edges = self._leaves = _NONE
 
     def _add(self, k: int, grad: Any) -> None:
         cur = self.in_grads[k]
@@ -265,5 +273,5 @@ class GradCapture:
         if not self.done:
             self.done = True
             out_grads, in_grads = self.out_grads, self.in_grads
-            self.out_grads, self.in_grads = [], []     # a hook may outlive the step: keep no grads
+            self.out_grads, self.in_grads = (), ()     # a hook may outlive the step: keep no grads
             self.emit(out_grads, in_grads)

@@ -18,6 +18,7 @@ import torch
 
 from ... import native
 from ...dumpfmt import xor64_of_bytes
+from ...record.summary import HOST_ROW
 from .._depth import internal
 
 _FLOATS = {torch.float16, torch.bfloat16, torch.float32}
@@ -95,9 +96,9 @@ class TorchAdapter:
                         t = t.contiguous()
                 row = self._native(t.data_ptr(), n, code)
                 if row is not None:          # NaN/Inf: the framework path propagates them exactly
-                    row[2] /= n
-                    row[3] = math.sqrt(row[3])
-                    return row
+                    # a tuple of floats: the GC untracks it, so the step's cache of rows is
+                    # never promoted towards a full collection (see Collector._emit)
+                    return (row[0], row[1], row[2] / n, math.sqrt(row[3]))
         with torch.no_grad():
             return _stats(t)
 
@@ -114,7 +115,7 @@ class TorchAdapter:
         groups: dict = {}
         out: List[Any] = [None] * len(handles)
         for i, h in enumerate(handles):
-            if isinstance(h, list):
+            if type(h) in HOST_ROW:
                 out[i] = h                   # already on the host
             else:
                 groups.setdefault((h.device, h.dtype), []).append(i)
