@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from mindspore import Tensor, ops
+from mindspore._c_expression import TensorPy
 
 from .._depth import internal
 from ..structure import leaves, map_leaves
@@ -47,6 +48,23 @@ def flat_tensors(obj: Any, out: List[Tensor]) -> List[Tensor]:
 
 def _floating(v: Any) -> bool:
     return isinstance(v, Tensor) and v.dtype in FLOATING
+
+
+_has_auto_grad = getattr(TensorPy, "_has_auto_grad", None)
+
+
+def _plain_data(t: Tensor) -> bool:
+    """Is `t` a tensor no op recorded for autodiff made, and no Parameter (data handed to
+    ``value_and_grad``)? Its gradient exists only when the caller asks for it by position."""
+    if _has_auto_grad is None or getattr(t, "requires_grad", False) is True:
+        return False
+    return not _has_auto_grad(t)
+
+
+def _hook_backward(fn: Callable, tensors: List[Tensor]) -> tuple:
+    with internal():
+        hooked = ops.HookBackward(fn)(*tensors)
+    return hooked if isinstance(hooked, tuple) else (hooked,)
 
 
 class _Slot:
@@ -132,9 +150,15 @@ class CellWatch:
 class InputTap:
     """One ``ops.HookBackward`` over some floating tensor arguments of one call, every
     occurrence its own alias. Each alias's gradient goes to the open Cells that have the tensor
-    as input, and all of them to ``on_grads`` (the call's own record), if given."""
+    as input, and all of them to ``on_grads`` (the call's own record), if given.
 
-    __slots__ = ("watch", "on_grads", "uses", "aliases", "restored", "dead_slots")
+    A use of plain data (``_plain_data``) by an open Cell first passes a HookBackward of its
+    own, which reports to the Cells only. MindSpore prunes that node unless the caller asked for
+    the data's gradient, so a Cell fed by the dataset gets no input gradient, as in torch (where
+    data does not require grad); the shared node would report one as soon as any other argument
+    (a weight) needs a gradient."""
+
+    __slots__ = ("watch", "on_grads", "uses", "aliases", "restored", "dead_slots", "own")
 
     def __init__(self, watch: CellWatch, on_grads: Optional[Callable[[list], None]] = None):
         self.watch = watch
@@ -143,6 +167,7 @@ class InputTap:
         self.aliases: Dict[int, Tuple[Tensor, Tensor, int]] = {}    # id(alias) -> (alias, tensor, slot)
         self.restored: set = set()          # ids of tensors handed back in place of their alias
         self.dead_slots: set = set()        # slots no gradient will pass (see ``restore``)
+        self.own: set = set()               # slots whose Cells are fed by a tap of their own
 
     def apply(self, args: tuple, kwargs: dict, every: bool) -> Tuple[tuple, dict]:
         """Tap every floating argument (`every`), or only inputs of open Cells; new (args, kwargs)."""
@@ -157,10 +182,15 @@ class InputTap:
         for users in self.uses:
             for cell, _ in users:
                 cell.uses += 1
-        with internal():
-            hooked = ops.HookBackward(self._on_grads)(*slots)
-        if not isinstance(hooked, tuple):
-            hooked = (hooked,)
+        hooked = list(slots)
+        for i, t in enumerate(slots):
+            if self.uses[i] and _plain_data(t):
+                self.own.add(i)
+                hooked[i] = _hook_backward(self._own_hook(i), [t])[0]
+        shared = [i for i in range(len(slots)) if every or i not in self.own]
+        if shared:
+            for i, a in zip(shared, _hook_backward(self._shared_hook(shared), [hooked[i] for i in shared])):
+                hooked[i] = a
         self.aliases = {id(a): (a, t, i) for i, (a, t) in enumerate(zip(hooked, slots))}
         it = iter(hooked)
         return _fill(args, it), _fill(kwargs, it)
@@ -169,15 +199,29 @@ class InputTap:
     def active(self) -> bool:
         return bool(self.aliases)
 
-    def _on_grads(self, grads):
-        grads = list(grads) if isinstance(grads, (tuple, list)) else [grads]
-        with internal():
-            if self.on_grads is not None:      # the call's own record first, then its Cells'
-                self.on_grads(grads)
-            for users, g in zip(self.uses, grads):
-                for cell, k in reversed(users):     # innermost Cell first: its record before its parents'
-                    cell.use_grad(k, g)
-        return None
+    # HookBackward wants a plain function (it reads its __code__): closures, not partials.
+    def _shared_hook(self, slots: List[int]) -> Callable:
+        def hook(grads):
+            grads = list(grads) if isinstance(grads, (tuple, list)) else [grads]
+            with internal():
+                if self.on_grads is not None:      # the call's own record first, then its Cells'
+                    self.on_grads(grads)
+                for i, g in zip(slots, grads):
+                    if i not in self.own:
+                        self._to_cells(i, g)
+            return None
+        return hook
+
+    def _own_hook(self, i: int) -> Callable:
+        def hook(grads):
+            with internal():
+                self._to_cells(i, grads[0] if isinstance(grads, (tuple, list)) else grads)
+            return None
+        return hook
+
+    def _to_cells(self, i: int, grad: Any) -> None:
+        for cell, k in reversed(self.uses[i]):     # innermost Cell first: its record before its parents'
+            cell.use_grad(k, grad)
 
     def restore(self, out: Any) -> Any:
         """After the call: `out` with any alias returned as is replaced by the caller's own
@@ -343,12 +387,13 @@ class CellCapture(GradRecord):
     inside it (see the module doc). Complete when every output gradient and every use's
     gradient has arrived."""
 
-    __slots__ = ("watch", "inputs", "in_grads", "uses", "arrived", "closed", "passthrough")
+    __slots__ = ("watch", "inputs", "data", "in_grads", "uses", "arrived", "closed", "passthrough")
 
     def __init__(self, emit: Callable[[list, list], None], pending: Pending, watch: CellWatch):
         super().__init__(emit, pending)
         self.watch = watch
         self.inputs: List[Tensor] = []
+        self.data: List[bool] = []         # per input: plain data (see ``_plain_data``)
         self.in_grads: List[Any] = []
         self.uses = 0                      # taps inside the Cell that feed an input
         self.arrived = 0
@@ -362,6 +407,7 @@ class CellCapture(GradRecord):
             if t.dtype in FLOATING:
                 seen.setdefault(id(t), t)
         self.inputs = list(seen.values())
+        self.data = [_plain_data(t) for t in self.inputs]
         self.in_grads = [None] * len(self.inputs)
         self.watch.open(self)
         return args, kwargs
@@ -421,6 +467,9 @@ class CellCapture(GradRecord):
                 else:
                     with no_grad():
                         grads[k] = grads[k] + g
+        # Data whose gradient nobody asked for has none, and no place in the list (as in torch,
+        # which lists the inputs that require grad).
+        grads = [g for g, data in zip(grads, self.data) if g is not None or not data]
         self.finish(grads if got else [])
 
     def abandon(self) -> None:
