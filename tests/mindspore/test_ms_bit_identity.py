@@ -39,8 +39,9 @@ def _step(net, x, debugger=None):
     if debugger is not None:
         debugger.stop()
         debugger.step()
+    # Every parameter, the BatchNorm moving statistics (written by a Primitive we tap around) too.
     return [loss.asnumpy().tobytes()] + [g.asnumpy().tobytes() for g in grads] + \
-        [p.asnumpy().tobytes() for p in net.trainable_params()]
+        [p.asnumpy().tobytes() for p in net.get_parameters()]
 
 
 @pytest.mark.parametrize("level", ["L0", "mix"])
@@ -130,3 +131,28 @@ def test_multi_use_cell_on_a_residual_stream_records_its_own_share(dump_root, le
 
 def _sq_mean(out):
     return (out * out).mean()
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_batchnorm_records_its_input_gradient(dump_root, level):
+    """nn.BatchNorm2d reads its input inside a Primitive with side effects (BatchNorm updates the
+    moving statistics), which gets no tap of its own: its use of the Cell's input is still
+    tapped, so the Cell's record holds its input's gradient (checked against ms.grad)."""
+    net, x = _port("cnn")
+    h = net.conv(x)
+
+    def rest(v):
+        return _sq_mean(net.fc(net.flatten(net.pool(net.relu(net.bn(v))))))
+    g_h = ms.grad(rest)(h).asnumpy()                    # training mode: batch statistics
+    g_out = ms.grad(lambda v: _sq_mean(net.fc(net.flatten(net.pool(net.relu(v))))))(net.bn(h)).asnumpy()
+
+    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level=level, step=[0])
+    _step(net, x, dbg)
+    dbg.close()
+    rank = f"{dump_root}/step0/rank"
+    rec = load_dump(rank)["data"]["Cell.bn.BatchNorm2d.backward.0"]
+    assert len(rec["output"]) == 1
+    got_in = np.load(f"{rank}/dump_tensor_data/{rec['output'][0]['data_name']}")
+    got_out = np.load(f"{rank}/dump_tensor_data/{rec['input'][0]['data_name']}")
+    np.testing.assert_allclose(got_out, g_out, rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(got_in, g_h, rtol=1e-4, atol=1e-8)

@@ -56,7 +56,7 @@ class MindSporeBackend(Backend):
         super().__init__(cfg, collector, switch)
         self.pending: Optional[Pending] = Pending() if self.want_backward else None
         self.watch = CellWatch()
-        self.primitives = PrimitivePatcher(self.api_runner, switch)
+        self.primitives = PrimitivePatcher(self._run_primitive, switch)
         self._warned_graph = False
 
     def _check_runtime_impl(self) -> None:
@@ -122,6 +122,17 @@ class MindSporeBackend(Backend):
         tap = InputTap(self.watch)
         args, kwargs = tap.apply(args, kwargs, every=False)
         return tap.restore(orig(*args, **kwargs))
+
+    def _run_primitive(self, orig, base: str, name: str, args: tuple, kwargs: dict, inplace: bool) -> Any:
+        """A Primitive call (see primitive_hooks). One with side effects (``nn.BatchNorm2d``'s
+        BatchNorm updates its moving statistics) is not tapped for its own record, but it still
+        reads the inputs of the Cells running now: those uses are tapped for the Cells (never a
+        Parameter, which such a Primitive may write)."""
+        if not (inplace and self.watch and self._grad_recording_impl()):
+            return self.api_runner(orig, base, name, args, kwargs, inplace)
+        tap = InputTap(self.watch)
+        args, kwargs = tap.apply(args, kwargs, every=False, parameters=False)
+        return tap.restore(self.api_runner(orig, base, name, args, kwargs, inplace))
 
     def _abandon_capture_impl(self, capture: Any) -> None:
         if isinstance(capture, CellCapture):

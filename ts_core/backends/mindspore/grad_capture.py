@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from mindspore import Tensor, ops
+from mindspore import Parameter, Tensor, ops
 from mindspore._c_expression import TensorPy
 
 from .._depth import internal
@@ -169,10 +169,17 @@ class InputTap:
         self.dead_slots: set = set()        # slots no gradient will pass (see ``restore``)
         self.own: set = set()               # slots whose Cells are fed by a tap of their own
 
-    def apply(self, args: tuple, kwargs: dict, every: bool) -> Tuple[tuple, dict]:
-        """Tap every floating argument (`every`), or only inputs of open Cells; new (args, kwargs)."""
+    def apply(self, args: tuple, kwargs: dict, every: bool, parameters: bool = True) -> Tuple[tuple, dict]:
+        """Tap every floating argument (`every`), or only inputs of open Cells (Parameters only
+        with `parameters`); new (args, kwargs)."""
         watch = self.watch
-        pick = _floating if every else (lambda v: _floating(v) and bool(watch.recipients(v)))
+
+        def pick(v: Any) -> bool:
+            if not _floating(v):
+                return False
+            if every:
+                return True
+            return bool(watch.recipients(v)) and (parameters or not isinstance(v, Parameter))
         slots: List[Tensor] = []
         args = _collect(args, slots, pick)
         kwargs = _collect(kwargs, slots, pick)
