@@ -44,13 +44,15 @@ def _step(net, x, debugger=None):
         [p.asnumpy().tobytes() for p in net.get_parameters()]
 
 
+@pytest.mark.parametrize("mode", ["statistics", "md5", "tensor"])
 @pytest.mark.parametrize("level", ["L0", "mix"])
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
-def test_port_step_is_bit_identical_and_recorded(dump_root, name, level):
+def test_port_step_is_bit_identical_and_recorded(dump_root, name, level, mode):
     ref = _step(*_port(name))
     net, x = _port(name)
-    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor" if level == "mix" else "statistics",
-                            level=level, step=[0])
+    extra = {"summary_mode": "md5"} if mode == "md5" else {}
+    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor" if mode == "tensor" else "statistics",
+                            level=level, step=[0], **extra)
     got = _step(net, x, dbg)
     dbg.close()
     assert got == ref
@@ -156,3 +158,34 @@ def test_batchnorm_records_its_input_gradient(dump_root, level):
     got_out = np.load(f"{rank}/dump_tensor_data/{rec['input'][0]['data_name']}")
     np.testing.assert_allclose(got_out, g_out, rtol=1e-5, atol=1e-9)
     np.testing.assert_allclose(got_in, g_h, rtol=1e-4, atol=1e-8)
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_attention_block_records_each_cells_own_share(dump_root, level):
+    """The attention port: Attention uses its input three times (q, k, v), ln2's input is also
+    the residual. Each record's input gradient is the vjp of that Cell alone at the gradient of
+    its output, both computed here with ms.grad / ms.vjp."""
+    net, x = _port("transformer")
+    a_in = net.ln1(x)
+    x1 = x + net.attn(a_in)
+    g_attn_out = ms.grad(lambda a: _sq_mean((x + a) + net.mlp(net.ln2(x + a))))(net.attn(a_in))
+    g_attn_in = ms.vjp(net.attn, a_in)[1](g_attn_out)[0].asnumpy()
+    g_ln2_out = ms.grad(lambda v: _sq_mean(x1 + net.mlp(v)))(net.ln2(x1))
+    g_ln2_in = ms.vjp(net.ln2, x1)[1](g_ln2_out)[0].asnumpy()
+
+    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level=level, step=[0])
+    _step(net, x, dbg)
+    dbg.close()
+    rank = f"{dump_root}/step0/rank"
+    data = load_dump(rank)["data"]
+
+    def grads(key):
+        rec = data[key]
+        return [np.load(f"{rank}/dump_tensor_data/{s['data_name']}") for s in (rec["input"][0], rec["output"][0])]
+    out, inp = grads("Cell.attn.Attention.backward.0")
+    np.testing.assert_allclose(out, g_attn_out.asnumpy(), rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(inp, g_attn_in, rtol=1e-4, atol=1e-8)
+    out, inp = grads("Cell.ln2.LayerNorm.backward.0")
+    np.testing.assert_allclose(out, g_ln2_out.asnumpy(), rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(inp, g_ln2_in, rtol=1e-4, atol=1e-8)
+    assert data["Cell.ln1.LayerNorm.backward.0"]["output"] == []      # fed by data, as in torch
