@@ -15,8 +15,12 @@ own: exact only when it has ONE consumer. Hence:
   tapped. While it runs, its floating inputs are open in a ``CellWatch``; every tapped call made
   inside it that uses one of them directly (a recorded call's tap, or at L0 a tap placed only
   for this) reports that use's gradient to the Cell too; the Cell's input gradient is the sum
-  of its uses'. Uses through calls tsprobe does not wrap (a Primitive created inside
-  ``construct``, an API removed from api_list.yaml), in-place calls and collectives are not in it.
+  of its uses'. A Primitive with side effects (BatchNorm) gets no tap of its own, but its uses
+  of the Cells' inputs are tapped for the Cells (the backend's ``_run_primitive``). Uses of
+  plain data pass a tap of their own (see ``InputTap``), so a Cell fed by the dataset gets no
+  input gradient unless the caller asks for one, as in torch. Uses through calls tsprobe does
+  not wrap (a Primitive created inside ``construct``, an API removed from api_list.yaml),
+  in-place API calls and collectives are not in the sum.
 - Cells defining ``bprop`` run as one custom op (their ``construct`` runs under no_grad): they
   are tapped like an API call.
 - Outputs: ``Tensor.register_hook`` on each floating output sees the gradient w.r.t. it (again
