@@ -104,16 +104,22 @@ class MindSporeBackend(Backend):
     def _grad_capture_impl(self, emit) -> GradCapture:
         return GradCapture(emit, self.pending, self.watch)
 
+    # The per-use design below is this class's; a subclass that sets module_grads_from_uses
+    # False (mindtorch, with captures of its own) gets the base's behaviour.
     def _module_capture_impl(self, emit, module: nn.Cell) -> Any:
         # A bprop Cell runs as one custom op: each input has one use, its tap is exact.
-        if has_bprop(module):
-            return GradCapture(emit, self.pending, self.watch)
+        if not self.module_grads_from_uses or has_bprop(module):
+            return self._grad_capture_impl(emit)
         return CellCapture(emit, self.pending, self.watch)
 
     def _before_aliasing_call_impl(self, capture: GradCapture, args: tuple, kwargs: dict):
+        if not self.module_grads_from_uses:
+            return super()._before_aliasing_call_impl(capture, args, kwargs)
         return capture.before_aliasing_call(args, kwargs)
 
     def _returned_impl(self, capture: GradCapture, out: Any) -> Any:
+        if not self.module_grads_from_uses:
+            return out
         return capture.returned(out)
 
     def _call_with_use_taps_impl(self, orig, args: tuple, kwargs: dict) -> Any:
