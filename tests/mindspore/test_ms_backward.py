@@ -1,5 +1,6 @@
 """Backward records equal gradients computed independently with mindspore.grad, without the tool."""
 import numpy as np
+import pytest
 
 from ts_core import PrecisionDebugger
 
@@ -62,16 +63,18 @@ def test_cell_primitive_and_param_grads_equal_mindspore_grad(dump_root):
         eq(g.asnumpy(), ref_w[p.name])
 
 
-def test_first_layer_fed_by_data_has_output_grads_only(dump_root):
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_first_layer_fed_by_data_has_output_grads_only(dump_root, level):
     """MindSpore computes no gradient for a data input nobody asked for: the record keeps the
     gradient of the Cell's output and an empty list for its input (as the torch backend does
-    for inputs that do not require grad)."""
+    for inputs that do not require grad). At mix the Dense's MatMul taps the data together with
+    the weight, whose gradient is asked for: the Cell must still not take the data's."""
     net = helpers.MLP()
     x = helpers.tensor((4, 6), seed=1)
     weights = net.trainable_params()
     g_h1 = ms.grad(lambda h: _loss(net.fc2(net.act(h))))(net.fc1(x))
 
-    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level="L0", step=[0])
+    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level=level, step=[0])
     dbg.start(net)
     ms.value_and_grad(lambda v: _loss(net(v)), None, weights)(x)
     dbg.stop()
@@ -139,14 +142,15 @@ def test_debug_save_records_value_and_gradient(dump_root):
     np.testing.assert_array_equal(helpers.npy(rank, data["hidden_grad.0.debug"]), ref.asnumpy())
 
 
-def test_nested_cells_sharing_an_input_complete_innermost_first(dump_root):
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_nested_cells_sharing_an_input_complete_innermost_first(dump_root, level):
     """encoder and its first Dense have the same input: both records hold its gradient, and the
     inner Cell's is written first (as autodiff reaches it first), so compare names the inner one."""
     net = helpers.Outer()
     x = helpers.tensor((3, 4), seed=4)
     g_x = ms.grad(lambda v: _loss(net(v)))(x)
 
-    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level="L0", step=[0])
+    dbg = PrecisionDebugger(dump_path=dump_root, task="tensor", level=level, step=[0])
     dbg.start(net)
     ms.grad(lambda v: _loss(net(v)))(x)
     dbg.stop()

@@ -47,6 +47,10 @@ class Backend(abc.ABC):
     api_patcher_class: ClassVar[Type[ApiPatcher]]     # which APIs exist and how they are wrapped
     model_type_name: ClassVar[str]              # for errors: "torch.nn.Module"
     module_prefix: ClassVar[str]                # record keys of modules: "Module" / "Cell"
+    # A module's input gradients are observed through per-use taps that the API wrappers place
+    # inside it (MindSpore: a tap at the module's own inputs would pre-sum their uses). Then
+    # the module levels wrap APIs too; at L0 those wrappers record nothing, they only tap.
+    module_grads_from_uses: ClassVar[bool] = False
 
     def __init__(self, cfg: Any, collector: Any, switch: Any):
         self.cfg = cfg
@@ -56,7 +60,7 @@ class Backend(abc.ABC):
         self.hooks = HookSet(collector)
         self.module_dumps = HookSet(collector)       # msprobe's module_dump: one module as a whole
         self._module_dump_names: Dict[int, str] = {}
-        self.apis = self.api_patcher_class(self.run_api, switch)
+        self.apis = self.api_patcher_class(self.api_runner, switch)
         self._aliasing = self.apis.aliasing
         self._collective_prefixes = self.apis.collective_prefixes
         self._apis_installed = False
@@ -74,6 +78,17 @@ class Backend(abc.ABC):
     @property
     def hooks_modules(self) -> bool:
         return self.cfg.level in MODULE_LEVELS
+
+    @property
+    def patches_apis(self) -> bool:
+        """APIs are wrapped: to record them (L1, mix), or only to tap the uses of module inputs
+        (L0 of a backend with ``module_grads_from_uses``)."""
+        return self.wraps_apis or (self.hooks_modules and self.module_grads_from_uses)
+
+    @property
+    def api_runner(self) -> Callable:
+        """What the API wrappers call: the recording body, or the tap-only body at L0."""
+        return self.run_api if self.wraps_apis else self.run_api_taps_only
 
     def needs_model(self, model: Any) -> bool:
         """True when the level records modules but none is hooked and `model` is None."""
@@ -95,12 +110,12 @@ class Backend(abc.ABC):
         for m in models:
             if not self._is_model_impl(m):
                 raise TypeError(f"start(model=...) expects {self.model_type_name}, got {type(m).__name__}")
-        if self.wraps_apis:
+        if self.patches_apis:
             self._install_apis()
         for i, m in enumerate(models):
             if self.hooks_modules:
                 self._hook_model(m, index=i if len(models) > 1 else None)
-            if self.wraps_apis:
+            if self.patches_apis:
                 self._wrap_model_calls_impl(m)
                 self.apis.wrap_held(m, self._model_objects)
 
@@ -223,18 +238,36 @@ class Backend(abc.ABC):
             if capture is not None:
                 if inplace is None:
                     inplace = is_inplace(name, kwargs)
-                if not inplace and name not in self._aliasing and not base.startswith(self._collective_prefixes):
+                if not inplace and not base.startswith(self._collective_prefixes):
                     # Before summarising, so a tap never waits for the statistics ops.
-                    run_args, run_kwargs = capture.before_call(args, kwargs)
+                    if name not in self._aliasing:
+                        run_args, run_kwargs = capture.before_call(args, kwargs)
+                    else:
+                        run_args, run_kwargs = self._before_aliasing_call_impl(capture, args, kwargs)
             col.forward_inputs(call, args, kwargs)
             try:
                 out = orig(*run_args, **run_kwargs)      # still at depth > 0: nested APIs are not recorded
             finally:
                 col.end(call)
             if capture is not None:
+                out = self._returned_impl(capture, out)
                 self._watch_api_outputs_impl(capture, out, run_args, run_kwargs, bool(inplace))
             col.forward_outputs(call, out)
             return out
+        finally:
+            DEPTH.value -= 1
+
+    def run_api_taps_only(self, orig: Callable, base: str, name: str, args: tuple, kwargs: dict,
+                          inplace: Optional[bool] = None) -> Any:
+        """The API wrapper's body at L0 of a backend with ``module_grads_from_uses``: the call is
+        not recorded; its uses of the inputs of modules running now are tapped."""
+        DEPTH.value += 1
+        try:
+            if inplace is None:
+                inplace = is_inplace(name, kwargs)
+            if inplace or base.startswith(self._collective_prefixes) or not self._grad_recording_impl():
+                return orig(*args, **kwargs)
+            return self._call_with_use_taps_impl(orig, args, kwargs)
         finally:
             DEPTH.value -= 1
 
@@ -273,7 +306,8 @@ class Backend(abc.ABC):
             inplace = False
             run_args, run_kwargs = args, kwargs
             if call.selected:
-                capture = self._new_capture(call)
+                # module_dump's module is tapped as an API call: no per-use taps run meanwhile.
+                capture = self._new_capture(call, module if hooks is self.hooks else None)
                 if capture is not None:
                     inplace = self._module_is_inplace_impl(module)
                     if not inplace:     # before the statistics ops, as for APIs
@@ -318,7 +352,9 @@ class Backend(abc.ABC):
                 col.end(stale)
                 if stack and stack[-1] is stale:      # the collector did not pop it: drop it anyway
                     stack.pop()
-            self.hooks.abandon(stale)
+            capture = self.hooks.abandon(stale)
+            if capture is not None:
+                self._abandon_capture_impl(capture)
 
     def _on_param_grad(self, base: str, pname: str, grad: Any) -> None:
         """A parameter's gradient, from a hook or re-read: summarised while a step folder is open.
@@ -329,12 +365,14 @@ class Backend(abc.ABC):
             self.hooks.store_param_grad(base, pname, grad)
         return None
 
-    def _new_capture(self, call: Any) -> Any:
-        """A gradient capture for `call`, or None when backward is not recorded right now."""
+    def _new_capture(self, call: Any, module: Any = None) -> Any:
+        """A gradient capture for `call` (of `module`, for a module call hooked by the level),
+        or None when backward is not recorded right now."""
         if not self.want_backward or not self._grad_recording_impl():
             return None
         col = self.collector
-        capture = self._grad_capture_impl(lambda go, gi: col.backward(call, go, gi))
+        emit = lambda go, gi: col.backward(call, go, gi)     # noqa: E731
+        capture = self._grad_capture_impl(emit) if module is None else self._module_capture_impl(emit, module)
         if call.is_module:      # calls recorded during this module's backward get it as parent
             capture.on_start = lambda: col.backward_begins(call)
         return capture
@@ -369,6 +407,26 @@ class Backend(abc.ABC):
     def _grad_capture_impl(self, emit: Callable[[list, list], None]) -> Any:
         """A new gradient capture reporting to `emit`: ``before_call(args, kwargs)`` returns the
         arguments the call runs with (a tap may substitute aliases; then ``replaces_inputs``)."""
+
+    def _module_capture_impl(self, emit: Callable[[list, list], None], module: Any) -> Any:
+        """The gradient capture of a call of `module` (default: as for an API call)."""
+        return self._grad_capture_impl(emit)
+
+    def _before_aliasing_call_impl(self, capture: Any, args: tuple, kwargs: dict) -> Tuple[tuple, dict]:
+        """Before an API call whose result may alias an input: the arguments it runs with
+        (default: the caller's own, untouched)."""
+        return args, kwargs
+
+    def _returned_impl(self, capture: Any, out: Any) -> Any:
+        """What the caller gets back from a recorded API call (default: `out` as is)."""
+        return out
+
+    def _call_with_use_taps_impl(self, orig: Callable, args: tuple, kwargs: dict) -> Any:
+        """``module_grads_from_uses`` at L0: run `orig`, tapping its uses of running modules' inputs."""
+        return orig(*args, **kwargs)
+
+    def _abandon_capture_impl(self, capture: Any) -> None:
+        """A module call whose end never came (see ``_end_stale``): release what its capture holds."""
 
     def _hook_grad_impl(self, tensor: Any, fn: Callable[[Any], None]) -> None:
         """``fn(grad)`` when `tensor`'s gradient arrives (a hook the backend can release)."""

@@ -4,7 +4,9 @@ made through the model's Cells (L1/mix with ``start(model)``).
 What is MindSpore's own (the flow is ``backends/base.py``): models are ``nn.Cell``; parameter
 gradients come from ``Parameter.register_hook`` only (a Parameter keeps no accumulated
 gradient, so there is nothing to re-read); backward hooks are placed only while PyNative
-records a gradient; a capture whose input tap never fires (MindSpore prunes branches that lead
+records a gradient; a Cell's input gradients are the sum of the per-use taps placed inside it
+(``module_grads_from_uses``: at L0 the API and Primitive wrappers are installed to tap only,
+see grad_capture); a capture whose input tap never fires (MindSpore prunes branches that lead
 to no requested input) is completed at the end of the step (grad_capture.Pending); Cells that
 define ``bprop`` get their forward post hook through their ``__call__`` (bprop_cells); GRAPH_MODE
 runs no Python hook, which ``install`` warns about.
@@ -23,7 +25,7 @@ from ..base import Backend
 from ._runtime import grad_recording, is_pynative, warm_up
 from .api_hooks import ApiPatcher
 from .bprop_cells import has_bprop, register_post_hook
-from .grad_capture import GradCapture, Pending, flat_tensors
+from .grad_capture import CellCapture, CellWatch, GradCapture, InputTap, Pending, flat_tensors
 from .primitive_hooks import PrimitivePatcher
 from .tensors import FLOATING, MindSporeAdapter
 
@@ -47,12 +49,14 @@ class MindSporeBackend(Backend):
     api_patcher_class = ApiPatcher
     model_type_name = "mindspore.nn.Cell"
     module_prefix = "Cell"
+    module_grads_from_uses = True
 
     def __init__(self, cfg: Any, collector: Any, switch: Any):
         warm_up()
         super().__init__(cfg, collector, switch)
         self.pending: Optional[Pending] = Pending() if self.want_backward else None
-        self.primitives = PrimitivePatcher(self.run_api, switch)
+        self.watch = CellWatch()
+        self.primitives = PrimitivePatcher(self._run_primitive, switch)
         self._warned_graph = False
 
     def _check_runtime_impl(self) -> None:
@@ -98,7 +102,47 @@ class MindSporeBackend(Backend):
         return grad_recording()
 
     def _grad_capture_impl(self, emit) -> GradCapture:
-        return GradCapture(emit, self.pending)
+        return GradCapture(emit, self.pending, self.watch)
+
+    # The per-use design below is this class's; a subclass that sets module_grads_from_uses
+    # False (mindtorch, with captures of its own) gets the base's behaviour.
+    def _module_capture_impl(self, emit, module: nn.Cell) -> Any:
+        # A bprop Cell runs as one custom op: each input has one use, its tap is exact.
+        if not self.module_grads_from_uses or has_bprop(module):
+            return self._grad_capture_impl(emit)
+        return CellCapture(emit, self.pending, self.watch)
+
+    def _before_aliasing_call_impl(self, capture: GradCapture, args: tuple, kwargs: dict):
+        if not self.module_grads_from_uses:
+            return super()._before_aliasing_call_impl(capture, args, kwargs)
+        return capture.before_aliasing_call(args, kwargs)
+
+    def _returned_impl(self, capture: GradCapture, out: Any) -> Any:
+        if not self.module_grads_from_uses:
+            return out
+        return capture.returned(out)
+
+    def _call_with_use_taps_impl(self, orig, args: tuple, kwargs: dict) -> Any:
+        if not self.watch:
+            return orig(*args, **kwargs)
+        tap = InputTap(self.watch)
+        args, kwargs = tap.apply(args, kwargs, every=False)
+        return tap.restore(orig(*args, **kwargs))
+
+    def _run_primitive(self, orig, base: str, name: str, args: tuple, kwargs: dict, inplace: bool) -> Any:
+        """A Primitive call (see primitive_hooks). One with side effects (``nn.BatchNorm2d``'s
+        BatchNorm updates its moving statistics) is not tapped for its own record, but it still
+        reads the inputs of the Cells running now: those uses are tapped for the Cells (never a
+        Parameter, which such a Primitive may write)."""
+        if not (inplace and self.watch and self._grad_recording_impl()):
+            return self.api_runner(orig, base, name, args, kwargs, inplace)
+        tap = InputTap(self.watch)
+        args, kwargs = tap.apply(args, kwargs, every=False, parameters=False)
+        return tap.restore(self.api_runner(orig, base, name, args, kwargs, inplace))
+
+    def _abandon_capture_impl(self, capture: Any) -> None:
+        if isinstance(capture, CellCapture):
+            capture.abandon()
 
     def _forward_hook_impl(self, module: nn.Cell, hook, with_kwargs: bool) -> Any:
         if has_bprop(module):       # MindSpore ignores register_forward_hook on such a Cell
@@ -132,14 +176,17 @@ class MindSporeBackend(Backend):
         return None
 
     def _new_step_impl(self) -> None:
+        self.watch.clear()
         if self.pending is not None:
             self.pending.clear()
 
     def _end_step_impl(self) -> None:
+        self.watch.clear()
         if self.pending is not None:
             self.pending.flush()
 
     def _close_impl(self) -> None:
         self.primitives.restore()
+        self.watch.clear()
         if self.pending is not None:
             self.pending.clear()

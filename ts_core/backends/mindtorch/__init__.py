@@ -37,6 +37,7 @@ class MindtorchBackend(MindSporeBackend):
     api_patcher_class = ApiPatcher
     model_type_name = "torch.nn.Module (mindtorch)"
     module_prefix = "Module"
+    module_grads_from_uses = False      # its own captures (grad_capture.py), not MindSpore's Cell-use taps
 
     def __init__(self, cfg: Any, collector: Any, switch: Any):
         super().__init__(cfg, collector, switch)
