@@ -161,7 +161,6 @@ class _RootWatch:
         if self.armed is not None and _sync_gradients():
             self.driver.capture_param_grads()
 
-
     def give_loss(self) -> None:
         """The micro-batch is over: its loss to the monitor -- the model output's, unless a custom
         ``compute_loss`` gave its own through ``observe_loss``."""

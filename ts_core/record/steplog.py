@@ -11,9 +11,9 @@ Once the step is over and its signals are read, ``compact`` packs the calls, as 
 one bytes object (``marshal``: ~10x faster than JSON-encoding them, and the bytes never leave
 the process): a buffered step is then nothing for the garbage collector to walk (thousands of
 live dicts per buffered step made Python's full collections several times more frequent). The
-dump's records are built from them by ``unpack``, only for a step that gets written. Memory of the ring buffer: keep_steps x (tensors per step) x
-~0.2 KB; ``limit`` caps the calls of one step (later calls of that step are not recorded and
-the log says ``truncated``).
+dump's records are built from them by ``unpack``, only for a step that gets written. Memory of
+the ring buffer: keep_steps x (tensors per step) x ~0.2 KB; ``limit`` caps the calls of one
+step (later calls of that step are not recorded and the log says ``truncated``).
 """
 from __future__ import annotations
 
