@@ -196,7 +196,7 @@ class MonitorTap:
             return None
         DEPTH.value += 1
         try:
-            log.param_grad(base, pname, param_id, self._value(grad))     # a tied weight's: summarised once
+            log.param_grad(base, pname, param_id, self._summarize(grad, ""))
         except Exception as exc:
             self.on_error(exc)
         finally:
