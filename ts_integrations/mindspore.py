@@ -30,7 +30,9 @@ events precede every step-begin event.
 Dataset sink mode: see docs/mindspore.md. In short, hooks run only in PyNative, one Python
 step at a time; with ``dataset_sink_mode=True`` on Ascend/GPU a "step" of the callbacks is one
 sink of ``sink_size`` iterations run as a graph, where nothing can be recorded (MsprobeStep
-warns). On CPU MindSpore always trains without sinking, so everything works.
+warns). On CPU MindSpore always trains without sinking, so everything works. Monitor mode
+refuses a real sink in GRAPH_MODE (one callback per sink: no step to watch) with a ValueError
+at ``on_train_begin`` naming what to change.
 """
 from __future__ import annotations
 
@@ -110,6 +112,16 @@ class MsprobeStep(ms.train.Callback):
 
     def on_train_begin(self, run_context) -> None:
         args = run_context.original_args()
+        # MindSpore's own record of the path taken: True only when it really sinks (on CPU it
+        # trains without sinking and sets False). In GRAPH_MODE a sink of sink_size steps is one
+        # compiled graph and one callback; in PYNATIVE_MODE it still steps (and calls back) per step.
+        if (args.get("dataset_sink_mode") and ms.get_context("mode") == ms.GRAPH_MODE
+                and self.debugger.monitor is not None):
+            raise ValueError("tsprobe monitor: Model.train(dataset_sink_mode=True) in GRAPH_MODE runs each sink "
+                             f"of sink_size={args.get('sink_size')} steps as one compiled graph with one callback, "
+                             "so no step can be watched. Train with dataset_sink_mode=False, or in "
+                             "mindspore.PYNATIVE_MODE (where sink mode calls back every step), or drop the "
+                             "'monitor' section.")
         if args.get("dataset_sink_mode") and ms.get_context("device_target") != "CPU":
             self._warn_once("sink", "dataset_sink_mode=True runs each sink as a compiled graph: Python hooks "
                             "do not fire there, so MsprobeStep records nothing. Train with "

@@ -102,6 +102,8 @@ class _RootWatch:
         self.handles: list = []
         self.queued = False
         self._queue: Optional[Callable] = None
+        self.model_loss: Any = None        # monitor: this micro-batch's model-output loss, not yet given
+        self.user_loss = False             # monitor: observe_loss() was called in this micro-batch
 
     def install(self, model: Any) -> None:
         if model is None or (self.model is model and self.handles):
@@ -134,8 +136,8 @@ class _RootWatch:
         if not (module.training and _grad_enabled()):
             drv.pause()                     # eval forward: no backward follows
             return
-        if self.armed is not None:          # monitor mode: the model's own loss, when it returns one
-            drv.observe_loss(_loss_of(output))
+        if self.armed is not None:          # monitor mode: the model's own loss, given at backward end
+            self.model_loss = _loss_of(output)     # unless compute_loss gives its own (observe_loss)
         if self._queue is None:
             return                          # on_substep_end / on_pre_optimizer_step stop us
         for t in _grad_tensors(output, []):
@@ -154,9 +156,18 @@ class _RootWatch:
 
     def _backward_done(self) -> None:
         self.queued = False
+        self.give_loss()
         self.driver.pause()
         if self.armed is not None and _sync_gradients():
             self.driver.capture_param_grads()
+
+    def give_loss(self) -> None:
+        """The micro-batch is over: its loss to the monitor -- the model output's, unless a custom
+        ``compute_loss`` gave its own through ``observe_loss``."""
+        loss, self.model_loss = self.model_loss, None
+        if not self.user_loss:
+            self.driver.observe_loss(loss)
+        self.user_loss = False
 
 
 def _loss_of(output: Any) -> Any:
@@ -222,17 +233,28 @@ class PrecisionDumpCallback:
         self._watch.armed = step
         self._watch.install(model)
 
+    def observe_loss(self, loss: Any) -> None:
+        """Monitor mode: the loss a custom ``Trainer.compute_loss`` trains on. Call it there (once
+        per micro-batch); it replaces the model output's ``loss`` for that micro-batch. Without
+        it the monitor sees the model output's ``loss`` (none when the model returns none)."""
+        if self._watch.armed is not None:
+            self._watch.user_loss = True
+            self._driver.observe_loss(loss)
+
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._watch.armed is not None:
+            self._watch.give_loss()
             self._driver.pause()
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._watch.armed is not None:
+            self._watch.give_loss()
             self._driver.pause()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._watch.armed is None:
             return
+        self._watch.give_loss()
         self._watch.armed = None
         self._driver.end_step()
         if not self._driver.dump_eval and self._driver.handle.config.monitor is None:

@@ -347,3 +347,34 @@ def test_tensorboard_missing_is_a_clear_warning_and_jsonl_goes_on(tmp_path, monk
         _train(Net(), dbg, 2)
     dbg.close()
     assert [r["step"] for r in _rows(str(tmp_path))] == [0, 1]
+
+
+def test_tensorboard_scalars_equal_the_jsonl_values(tmp_path, monkeypatch):
+    """The event file, read back with tensorboard's own reader, holds per step exactly the
+    numbers monitor.jsonl holds (loss, gradient norms, NaN/Inf counts), a NaN step included."""
+    pytest.importorskip("tensorboard", reason="tensorboard is in the test extras")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("TSPROBE_QUIET", "1")
+    torch.manual_seed(0)
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), monitor={"tensorboard": True})
+    _train(Net(), dbg, 4, poison=2)
+    dbg.close()
+    rows = _rows(str(tmp_path))
+    event_dir = tmp_path / "tensorboard" / "rank"
+    assert os.listdir(event_dir), "no event file written"
+    acc = EventAccumulator(str(event_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    expected = {"loss": [r["loss"] for r in rows], "grad_norm": [r["grad_norm"] for r in rows]}
+    for part in ("forward", "backward", "parameters_grad"):
+        expected[f"nonfinite/{part}"] = [r["nonfinite"][part] for r in rows]
+    for module in ("fc1", "fc2"):
+        expected[f"grad_norm/{module}"] = [r["module_grad_norms"][module] for r in rows]
+    assert set(expected) <= set(acc.Tags()["scalars"])
+    assert rows[2]["nonfinite"]["forward"] > 0 and rows[2]["loss"] == "nan"     # the poisoned step
+    for tag, values in expected.items():
+        events = acc.Scalars(tag)
+        assert [e.step for e in events] == [r["step"] for r in rows], tag
+        got = np.array([e.value for e in events], dtype=np.float32)      # TensorBoard keeps float32
+        want = np.array([float(v) for v in values], dtype=np.float32)     # jsonl writes NaN as "nan"
+        np.testing.assert_array_equal(got, want, err_msg=tag)

@@ -187,3 +187,52 @@ def test_accelerate_capture(tmp_path, monkeypatch):
     assert [r["step"] for r in rows if "capture" in r] == [1, 2]
     assert rows[1]["trigger"] == ["loss_spike"] and losses[1] > 3 * losses[0]
     assert _steps(dump) == ["step0", "step1", "step2"]
+
+
+@pytest.mark.parametrize("observe", [True, False])
+def test_hf_trainer_custom_compute_loss(tmp_path, monkeypatch, observe):
+    """A Trainer subclass whose compute_loss trains a real (tiny GPT-2) model on its own loss: the
+    model's loss plus a penalty, x100 at step 3. Passing that loss to ``callback.observe_loss``
+    gives the monitor exactly the trained loss (the spike is caught at step 3); without it the
+    monitor sees the model output's ``loss`` (no spike there, none caught)."""
+    pytest.importorskip("transformers")
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    from ts_integrations.transformers import PrecisionDumpCallback
+
+    monkeypatch.setenv("TSPROBE_QUIET", "1")
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n_positions=16,
+                                       bos_token_id=0, eos_token_id=0))
+    g = torch.Generator().manual_seed(0)
+    ds = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 64, (24, 8), generator=g)]
+    dump = str(tmp_path / "dump")
+    cb = PrecisionDumpCallback(dump_path=dump, monitor={"keep_steps": 1, "loss_spike": {"warmup": 2}})
+    trained, model_losses = [], []
+
+    class CustomLoss(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            out = model(**inputs)
+            loss = out.loss + 0.01 * out.logits.pow(2).mean()
+            if self.state.global_step == 3:
+                loss = loss * 100.0                            # a spike the trainer really trains on
+            trained.append(loss.item())
+            model_losses.append(out.loss.item())
+            if observe:
+                cb.observe_loss(loss)
+            return (loss, out) if return_outputs else loss
+
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, per_device_train_batch_size=4,
+                             max_steps=5, learning_rate=1e-4, report_to=[], save_strategy="no", disable_tqdm=True,
+                             dataloader_num_workers=0, max_grad_norm=0.0)
+    CustomLoss(model=model, args=args, train_dataset=ds, callbacks=[cb]).train()
+    rows = _rows(dump)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4] and len(trained) == 5
+    if observe:
+        assert [r["loss"] for r in rows] == trained             # the very values trained on
+        assert [r["step"] for r in rows if "loss_spike" in r.get("trigger", [])] == [3]
+        assert _steps(dump) == ["step3"]
+    else:
+        assert [r["loss"] for r in rows] == model_losses
+        assert not any("trigger" in r for r in rows) and _steps(dump) == []
+    assert all(r["grad_norm"] > 0 for r in rows)                # the gradients are watched either way

@@ -105,3 +105,54 @@ def test_model_train_bit_identical_with_monitor(dump_root):
         rows = [json.loads(line) for line in f]
     assert len(rows) == 6 and all(r["nonfinite"] == {"forward": 0, "backward": 0, "parameters_grad": 0} for r in rows)
     assert all(r["grad_norm"] > 0 for r in rows)
+
+
+def test_model_train_sink_mode_on_cpu_is_monitored(dump_root):
+    """On CPU MindSpore trains ``dataset_sink_mode=True`` without sinking (one step and one
+    callback at a time): the monitor catches the NaN as without sink mode."""
+    rng = np.random.default_rng(0)
+    data = ds.NumpySlicesDataset({"x": rng.standard_normal((16, 6)).astype(np.float32),
+                                  "y": rng.standard_normal((16, 3)).astype(np.float32)}, shuffle=False).batch(2)
+    net, poisoner = _net_and_poisoner(at=2)
+    model = train.Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), 0.01))
+    dbg = PrecisionDebugger(dump_path=dump_root, monitor={"keep_steps": 1, "on_trigger": "stop", "loss_spike": None})
+    model.train(1, data, callbacks=[poisoner, integ.MsprobeStep(dbg)], dataset_sink_mode=True)
+    dbg.close()
+    with open(os.path.join(dump_root, "monitor.jsonl"), encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert [r["loss"] for r in rows[:2]] == poisoner.losses[:2]
+    assert rows[2]["capture"]["first"]["key"] == "Cell.scale.Scale.forward.0"
+
+
+def test_sink_in_graph_mode_is_a_clear_error(dump_root):
+    """A real sink in GRAPH_MODE (Ascend/GPU) gives one callback per sink of sink_size steps:
+    the monitor refuses it at on_train_begin, naming what to change. This machine has no
+    Ascend/GPU, so the callback parameters are set here as MindSpore's
+    ``Model._train_dataset_sink_process`` sets them before ``on_train_begin``; the same
+    parameters in PYNATIVE_MODE (sink mode steps in Python there) or without the monitor pass."""
+    import mindspore as ms
+    import pytest
+    from mindspore.train.callback import RunContext, _InternalCallbackParam
+
+    net, _ = _net_and_poisoner(at=-1)
+
+    def begin(mode, monitor):
+        cb_params = _InternalCallbackParam()
+        cb_params.network = net
+        cb_params.dataset_sink_mode = True
+        cb_params.sink_size = 4
+        kwargs = {"monitor": {}} if monitor else {"step": [0]}
+        dbg = PrecisionDebugger(dump_path=dump_root, **kwargs)
+        ms.set_context(mode=mode)
+        try:
+            integ.MsprobeStep(dbg).on_train_begin(RunContext(cb_params))
+        finally:
+            ms.set_context(mode=ms.PYNATIVE_MODE)
+            dbg.close()
+
+    with pytest.raises(ValueError, match=r"dataset_sink_mode=True\) in GRAPH_MODE.*sink_size=4.*"
+                                         r"dataset_sink_mode=False.*PYNATIVE_MODE"):
+        begin(ms.GRAPH_MODE, monitor=True)
+    begin(ms.PYNATIVE_MODE, monitor=True)
+    begin(ms.GRAPH_MODE, monitor=False)        # a regular dump keeps its warning (device target CPU here: none)

@@ -16,6 +16,7 @@ a monitoring failure never reaches the training loop.
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from ..record.steplog import CallLog, StepLog
@@ -32,6 +33,9 @@ class MonitorTap:
         self.backward = backward                   # module gradient records (hooks on every call)
         col = backend.collector
         self._summarize = col.summ.summarize
+        self._summarize_tensor = col.summ.tensor
+        self._content_key = getattr(col.adapter, "content_key", None)    # None: no reuse (MindSpore)
+        self._seen: Dict[Any, tuple] = {}          # content key -> (weak ref, summary), this micro-batch
         self._stacks = col.stacks                  # None when the config says stack: false
         self._is_tensor = col.adapter.is_tensor
         self.hooks = HookSet(col)
@@ -80,6 +84,7 @@ class MonitorTap:
         """Record into `log` from now on."""
         if log is not self.log:
             self.hooks.reset()
+            self._seen.clear()
         self.log = log
 
     def pause(self) -> None:
@@ -109,8 +114,8 @@ class MonitorTap:
             return None
         DEPTH.value += 1              # our statistics ops are never recorded by API wrappers
         try:
-            s = self._summarize
-            inputs = ([s(a, "") for a in args], {k: s(v, "") for k, v in kwargs.items()} if kwargs else {})
+            s = self._value
+            inputs = ([s(a) for a in args], {k: s(v) for k, v in kwargs.items()} if kwargs else {})
         except Exception as exc:      # never into the training loop
             self.on_error(exc)
             inputs = None
@@ -129,15 +134,15 @@ class MonitorTap:
             call = log.begin(base, self._parent[base])
             if call is None:
                 return None
-            s = self._summarize
+            s = self._value
             if before is not None:
                 call.inputs, call.kwargs = before
             else:
-                call.inputs = [s(a, "") for a in args]
+                call.inputs = [s(a) for a in args]
                 if kwargs:
-                    call.kwargs = {k: s(v, "") for k, v in kwargs.items()}
+                    call.kwargs = {k: s(v) for k, v in kwargs.items()}
             outs = output if isinstance(output, (list, tuple)) else [output]
-            log.forward_done(call, [s(o, "") for o in outs])
+            log.forward_done(call, [s(o) for o in outs])
             if self._stacks is not None:
                 seen = self._frames.get(base)
                 if seen is None:
@@ -153,6 +158,22 @@ class MonitorTap:
         finally:
             DEPTH.value -= 1
         return None
+
+    def _value(self, v: Any) -> Any:
+        """The summary of an argument or output. A tensor met earlier in this micro-batch and
+        unchanged since (a module's output is the next module's input; same object, same
+        version) gets that same summary object: no second pass, no second dict."""
+        key_of = self._content_key
+        if key_of is not None and self._is_tensor(v):
+            key = key_of(v)
+            if key is not None:
+                hit = self._seen.get(key)
+                if hit is not None and hit[0]() is v:
+                    return hit[1]
+                summary = self._summarize_tensor(v, "")
+                self._seen[key] = (weakref.ref(v), summary)
+                return summary
+        return self._summarize(v, "")
 
     def _watch_grads(self, call: CallLog, value: Any) -> Optional[List[Any]]:
         """Hook the gradient of each distinct tensor in `value` that can get one; the returned

@@ -7,21 +7,21 @@ the summaries of its inputs and outputs (forward) and of the gradients of its ou
 hierarchy. Summaries are the dump's own dicts, filled by one batched statistics transfer at the
 end of the step (``Summarizer.resolve``).
 
-Once the step is over and its signals are read, ``compact`` packs the records into one bytes
-object (``marshal``: ~10x faster than JSON-encoding them, and the bytes never leave the process):
-a buffered step is then nothing for the garbage collector to walk (thousands of live dicts per
-buffered step made Python's full collections several times more frequent). ``unpack`` gives
-the records back for writing. Memory of the ring buffer: keep_steps x (tensors per step) x
-~0.2 KB; ``limit`` caps the calls of one step (later calls of that step are not recorded and
-the log says ``truncated``).
+Once the step is over and its signals are read, ``compact`` packs the calls, as recorded, into
+one bytes object (``marshal``: ~10x faster than JSON-encoding them, and the bytes never leave
+the process): a buffered step is then nothing for the garbage collector to walk (thousands of
+live dicts per buffered step made Python's full collections several times more frequent). The
+dump's records are built from them by ``unpack``, only for a step that gets written. Memory of
+the ring buffer: keep_steps x (tensors per step) x ~0.2 KB; ``limit`` caps the calls of one
+step (later calls of that step are not recorded and the log says ``truncated``).
 """
 from __future__ import annotations
 
 import marshal
 import math
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from ..dumpfmt import BACKWARD, FORWARD, STAT_FIELDS, is_tensor_summary, module_key, params_grad_key
+from ..dumpfmt import BACKWARD, FORWARD, is_tensor_summary, module_key, params_grad_key
 
 Frames = List[str]
 
@@ -122,14 +122,29 @@ class StepLog:
         return data, construct, list(groups.values())
 
     def compact(self) -> None:
-        """Pack the records (see the module docstring); the signals (loss, norms, counts) must
-        have been read before."""
-        self.packed = marshal.dumps(self.records())
+        """Pack the calls (see the module docstring); the signals (loss, norms, counts) must
+        have been read before. marshal keeps shared objects shared (a summary used as one
+        call's output and the next one's input, a frames list), so ``records`` reads the
+        unpacked calls as it read these."""
+        calls = [(c.base, c.index, c.parent, c.parent_index, c.seq, c.inputs, c.kwargs, c.outputs,
+                  c.out_grads, c.in_grads, c.bwd_seq, c.frames) for c in self.calls]
+        self.packed = marshal.dumps((calls, self.param_grads))
         self.calls, self.param_grads, self.param_by_id, self.losses = [], {}, {}, []
 
     def unpack(self) -> Tuple[Dict[str, Any], Dict[str, Optional[str]], List[Tuple[List[str], Frames]]]:
-        """The records of a compacted step, as ``records`` gave them."""
-        return marshal.loads(self.packed) if self.packed is not None else self.records()
+        """The records of this step (compacted or not), as ``records`` gives them."""
+        if self.packed is None:
+            return self.records()
+        calls, param_grads = marshal.loads(self.packed)
+        view = StepLog(self.step, self.rank, self.limit)
+        view.param_grads = param_grads
+        for (base, index, parent, parent_index, seq, inputs, kwargs, outputs, out_grads, in_grads, bwd_seq,
+             frames) in calls:
+            c = CallLog(view, base, index, parent, parent_index)
+            c.seq, c.inputs, c.kwargs, c.outputs, c.out_grads, c.in_grads, c.bwd_seq, c.frames = (
+                seq, inputs, kwargs, outputs, out_grads, in_grads, bwd_seq, frames)
+            view.calls.append(c)
+        return view.records()
 
     def loss(self) -> Optional[float]:
         """Mean of the losses observed this step (each one's mean over its elements)."""
@@ -155,30 +170,32 @@ class StepLog:
     def nonfinite_counts(self) -> Dict[str, int]:
         """Tensors holding NaN/Inf: module outputs (forward), gradients of module outputs and
         inputs (backward), parameter gradients."""
-        fwd = sum(_bad(s) for c in self.calls for s in _summaries(c.outputs))
-        bwd = sum(_bad(s) for c in self.calls for part in (c.out_grads, c.in_grads) for s in _summaries(part))
-        par = sum(_bad(s) for grads in self.param_grads.values() for s in _summaries(list(grads.values())))
+        calls = self.calls
+        fwd = _count_bad([c.outputs for c in calls])
+        bwd = _count_bad([c.out_grads for c in calls]) + _count_bad([c.in_grads for c in calls])
+        par = _count_bad([list(grads.values()) for grads in self.param_grads.values()])
         return {"forward": fwd, "backward": bwd, "parameters_grad": par}
 
 
-def _summaries(value: Any) -> Iterator[dict]:
-    """Every tensor summary inside a (nested) list of summaries."""
-    if isinstance(value, list):
-        for v in value:
-            yield from _summaries(v)
-    elif is_tensor_summary(value):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _summaries(v)
-
-
-def _bad(summary: dict) -> bool:
-    for field in STAT_FIELDS:
-        v = summary.get(field)
-        if isinstance(v, float) and not math.isfinite(v):
-            return True
-    return False
+def _count_bad(values: List[Any]) -> int:
+    """Tensor summaries holding NaN/Inf inside `values` (nested lists and dicts of summaries),
+    walked with a stack: this runs on every step over every recorded tensor."""
+    n = 0
+    stack = list(values)
+    pop, push = stack.pop, stack.extend
+    while stack:
+        v = pop()
+        t = type(v)
+        if t is list:
+            push(v)
+        elif t is dict:
+            if is_tensor_summary(v):
+                norm = v.get("Norm")          # NaN/Inf in a tensor makes its norm NaN/Inf too
+                if isinstance(norm, float) and norm - norm != 0.0:      # (v - v: NaN for NaN and +-Inf)
+                    n += 1
+            else:
+                push(v.values())
+    return n
 
 
 def _mean(value: Any) -> Optional[float]:
