@@ -16,6 +16,9 @@ by what flows through its calls:
    group's boundary values (N:M groups). Next to a pair of the *same* op it stays an extra
    call, which the first-divergence walk may name;
 4. what is still unpaired on both sides between the same two pairs forms one group.
+
+Lossless calls of different shapes never pair, by name or by score; backward records then
+pair as their forward calls did (``_follow_forward``).
 """
 from __future__ import annotations
 
