@@ -420,15 +420,33 @@ def _shapes_conflict(a: CallInfo, b: CallInfo) -> bool:
 
 
 def _dissolve_misshaped(raw: List[CallPair], gs: Side, ts: Side) -> List[CallPair]:
-    """Undo a name anchor of two views/reshapes of different shapes (``_shapes_conflict``):
-    both calls are left to their gap, where a lossless call on one side only is harmless."""
+    """Undo a name anchor of two lossless calls of different shapes (``_shapes_conflict``) that
+    are different calls: they take tensors of different shapes, or a call left alone nearby on
+    one side has the shapes of the other side's call (the target's extra reshapes shifted the
+    names). Both are left to their gap, where a lossless call on one side only is harmless.
+    Otherwise the anchor stays: the same view giving another shape is a shape bug to show."""
     out: List[CallPair] = []
-    for cp in raw:
-        if cp.matched and cp.kind == "api" and _shapes_conflict(gs.of(cp.golden), ts.of(cp.target)):
-            out += [CallPair(cp.golden, None, cp.direction), CallPair(None, cp.target, cp.direction)]
-        else:
-            out.append(cp)
+    for k, cp in enumerate(raw):
+        if cp.matched and cp.kind == "api":
+            gi, ti = gs.of(cp.golden), ts.of(cp.target)
+            if _shapes_conflict(gi, ti) and (_leading_shape(gi.ins) != _leading_shape(ti.ins)
+                                             or _fitting_call_near(raw, k, gi, ti, gs, ts)):
+                out += [CallPair(cp.golden, None, cp.direction), CallPair(None, cp.target, cp.direction)]
+                continue
+        out.append(cp)
     return out
+
+
+def _fitting_call_near(raw: List[CallPair], k: int, gi: CallInfo, ti: CallInfo, gs: Side, ts: Side) -> bool:
+    """Is a lossless call left alone near ``raw[k]`` shaped like the other side's call?"""
+    for o in raw[max(0, k - DOUBT_WINDOW):k + DOUBT_WINDOW + 1]:
+        if o.matched or o.kind != "api":
+            continue
+        if o.target is not None and ts.of(o.target).harmless and not _shapes_conflict(gi, ts.of(o.target)):
+            return True
+        if o.golden is not None and gs.of(o.golden).harmless and not _shapes_conflict(gs.of(o.golden), ti):
+            return True
+    return False
 
 
 def _dissolve_doubtful(raw: List[CallPair], gs: Side, ts: Side) -> List[CallPair]:
