@@ -419,6 +419,18 @@ def _shapes_conflict(a: CallInfo, b: CallInfo) -> bool:
     return False
 
 
+def _records_fit(a: CallInfo, b: CallInfo) -> bool:
+    """Could two backward records be one call's: the gradients they receive and give hold as
+    many elements (and, for lossless calls, have the same shapes)? The backward of a mean over
+    two axes does not fit that of one of the two means a decomposition runs instead."""
+    if _shapes_conflict(a, b):
+        return False
+    for x, y in ((a.ins, b.ins), (a.outs, b.outs)):
+        if x and y and numel(x[0].leaf) != numel(y[0].leaf):
+            return False
+    return True
+
+
 def _dissolve_misshaped(raw: List[CallPair], gs: Side, ts: Side) -> List[CallPair]:
     """Undo a name anchor of two lossless calls of different shapes (``_shapes_conflict``) that
     are different calls: they take tensors of different shapes, or a call left alone nearby on
@@ -511,7 +523,7 @@ def _follow_forward(pairs: List[CallPair], partners: Dict[str, str], gs: Side, t
         if m is None or want == have or m == k:
             continue
         other = pairs[m]
-        if _shapes_conflict(gs.of(cp.golden), ts.of(other.target)):
+        if not _records_fit(gs.of(cp.golden), ts.of(other.target)):
             continue
         cp.target, other.target = other.target, cp.target
         where[want] = k
