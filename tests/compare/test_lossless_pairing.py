@@ -83,3 +83,37 @@ def test_backward_records_follow_their_forward_partners_across_frameworks(tmp_pa
     for g, t in forward.items():
         gb, tb = g[:-len("forward")] + "backward", t[:-len("forward")] + "backward"
         assert {p for p in pairs if p[0] == gb} == {(gb, tb)}
+
+
+class Pool(nn.Module):
+    """A global average pool as one mean over two axes, or (``split``) as two means."""
+
+    def __init__(self, split: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv, self.fc, self.split = nn.Conv2d(3, 8, 3, padding=1), nn.Linear(8, 4), split
+
+    def forward(self, x):
+        h = self.conv(x)
+        h = h.mean(3).mean(2) if self.split else h.mean((2, 3))
+        return self.fc(h).pow(2).mean()
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_a_backward_record_moves_to_its_forward_partner_only_when_they_fit(tmp_path, level):
+    """golden ``mean.0`` pairs with the second of target's two means; their backward records
+    receive gradients of [2, 8] and give [2, 8, 8, 8] vs [2, 8, 8]: they are not one call's."""
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    paths = []
+    for name, split in (("g", False), ("t", True)):
+        model = Pool(split)
+        dbg = PrecisionDebugger(dump_path=str(tmp_path / name), task="tensor", level=level, step=[0])
+        dbg.start(model)
+        model(x).backward()
+        dbg.stop()
+        dbg.step()
+        dbg.close()
+        paths.append(tmp_path / name)
+    result = compare(*paths, verbose=False)
+    assert result.first_divergence is None and result.verdict != "error"
+    assert not [r for r in result.rows if r.verdict == "error"]
