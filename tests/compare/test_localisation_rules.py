@@ -192,6 +192,44 @@ def test_precision_lost_in_one_op_is_named_there_not_at_the_up_cast(tmp_path, ta
     assert "more precise" in row.reason
 
 
+class Residual(nn.Module):
+    """x + fc(x) on small values, then a LayerNorm; ``bf16``: fc runs under bfloat16 autocast.
+    The bf16 result is promoted to float32 by the addition (no recorded cast), the sum still
+    agrees within the float32 tolerance (atol dominates at this scale) and only the LayerNorm,
+    which scales it to unit size, shows the difference."""
+
+    def __init__(self, bf16: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc, self.norm, self.out = nn.Linear(16, 16), nn.LayerNorm(16), nn.Linear(16, 4)
+        with torch.no_grad():                    # fc(x) as small as x: no bias
+            self.fc.bias.zero_()
+        self.bf16 = bf16
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            h = self.fc(x)
+        return self.out(self.norm(x + h))
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_precision_lost_upstream_of_an_agreeing_sum_is_named_where_it_was_lost(tmp_path, level):
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(2)) * 1e-3
+    g = run(Residual(False), x, tmp_path / "g", level)
+    t = run(Residual(True), x, tmp_path / "t", level)
+    r = compare(g, t, verbose=False)
+    # the premise, checked on the dump: the sum agrees, the LayerNorm's output does not
+    ln = "Module.norm.LayerNorm.forward.0" if level == "L0" else "Functional.layer_norm.0.forward"
+    assert not _row(r, ln, "input.0").failed and _row(r, ln, "output.0").failed
+    fd = r.first_divergence
+    if level == "L0":
+        assert fd.key == "Module.fc.Linear.forward.0"
+    else:
+        assert fd.key == "Functional.linear.0.forward"
+        assert level == "L1" or fd.module == "Module.fc.Linear.forward.0"
+    assert "precision is lost here" in fd.cause
+
+
 @pytest.mark.parametrize("level", ["L1", "mix"])
 def test_swapped_operands_are_named_at_the_op_receiving_them(tmp_path, level):
     """b(x) - a(x) for a(x) - b(x): the two Linears also run in the other order, and pair by

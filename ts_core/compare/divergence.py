@@ -66,6 +66,21 @@ def user_frame(frames: List[str]) -> Optional[str]:
     return f"{m.group('file')}:{m.group('line')} in {m.group('func')}: {m.group('code').strip()}" if m else f.strip()
 
 
+def _lowered(r: Row) -> bool:
+    """The two sides hold this value in floating types of different precision."""
+    pg, pt = precision(r.golden_dtype), precision(r.target_dtype)
+    return pg is not None and pt is not None and pg != pt
+
+
+def _differs(r: Row) -> bool:
+    """The two sides' values are not identical (even when within tolerance)."""
+    if r.max_abs_err is not None:
+        return r.max_abs_err > 0
+    if r.md5_equal is not None:
+        return not r.md5_equal
+    return any(v for v in (r.max_diff, r.norm_diff) if v is not None)
+
+
 def _worst(rows: List[Row]) -> Row:
     errors = [r for r in rows if r.verdict == ERROR]
     return (errors or rows)[0]
@@ -384,24 +399,23 @@ class _Walk:
         return True
 
     def _precision_lost(self, cp: CallPair) -> Optional[FirstDivergence]:
-        """Where an agreeing input of `cp` was computed at lower precision on one side: the call
-        whose output became less precise while its inputs were not. A lossless op (an up-cast)
-        whose output differs is never the cause."""
-        seen = set()
+        """Where an input of `cp` that agrees within tolerance, but not exactly, was computed at
+        lower precision on one side: the nearest earlier call whose output became less precise
+        while its inputs were not. Followed back through the producers of inputs that differ at
+        all (a bf16 ``down_proj`` output added to a float32 residual: the sum is float32 on both
+        sides and within tolerance, the next RMSNorm scales the difference past it), into a
+        module that made such a value inside (L0: its submodules), and, for a value made by code
+        the dump does not record, to the nearest earlier call that lost precision. Lossless ops (an up-cast) and
+        ops that only receive the difference are never the cause."""
+        seen = {id(cp)}
         frontier = [cp]
         found = None
+        self._unmade = False
         while frontier and found is None:
             nxt = []
             for p in frontier:
-                for r in p.rows:
-                    if r.role == OUTPUT or r.mode not in ("tensor", "statistics", "md5"):
-                        continue
-                    pg, pt = precision(r.golden_dtype), precision(r.target_dtype)
-                    if pg is None or pt is None or pg == pt:
-                        continue
-                    src = self.producer(0, p.entry("golden", r.role, r.arg), p) or \
-                        self.producer(1, p.entry("target", r.role, r.arg), p)
-                    if src is None or id(src) in seen or not src.matched:
+                for src in self._sources(p):
+                    if id(src) in seen or not src.matched:
                         continue
                     seen.add(id(src))
                     if self._loses_precision(src):
@@ -411,25 +425,61 @@ class _Walk:
                 if found is not None:
                     break
             frontier = nxt
+        if found is None and self._unmade:
+            # a differing value came from code the dump does not record (between modules at L0):
+            # the nearest earlier call that lost precision
+            found = next((p for p in reversed(self.order[:self.pos[id(cp)]])
+                          if p.matched and p.direction == cp.direction and self._loses_precision(p)), None)
         lossless = all(self.describe(c).effect == LOSSLESS for c in (cp.golden, cp.target))
         if found is None:
             return None
+        while found.kind == "module":                 # the innermost recorded call that lost it
+            inner = next((c for c in self._children().get(found.golden.key, []) if self._loses_precision(c)), None)
+            if inner is None:
+                break
+            found = inner
         outs = [r for r in found.rows if r.role == OUTPUT]
-        r = outs[0] if outs else None
+        r = next((x for x in outs if _lowered(x)), outs[0] if outs else None)
         what = f"{r.arg} is {r.target_dtype} in target and {r.golden_dtype} in golden" if r is not None else ""
         verb = "only converts it" if lossless else "receives it"
         return self._build(found, [x for x in outs if x.failed] or outs,
                            f"precision is lost here: {what} while its inputs have the same precision on both sides; "
                            f"{cp.key} {verb} and shows the difference")
 
+    def _sources(self, p: CallPair) -> List[CallPair]:
+        """The pairs that made the inputs of `p` that differ at all (or in precision) and, for a
+        module whose own inputs do not, its recorded submodules and calls (it made it inside)."""
+        out = []
+        outside = False
+        for r in p.rows:
+            if r.role == OUTPUT or r.mode not in ("tensor", "statistics", "md5") or not (_lowered(r) or _differs(r)):
+                continue
+            src = self.producer(0, p.entry("golden", r.role, r.arg), p) or \
+                self.producer(1, p.entry("target", r.role, r.arg), p)
+            if src is not None:
+                out.append(src)
+                outside = True
+            elif _differs(r):
+                self._unmade = True
+        if p.kind == "module" and not outside and p.golden is not None:
+            out += [c for c in self._children().get(p.golden.key, []) if any(_differs(r) for r in c.rows)]
+        return out
+
+    def _children(self) -> Dict[str, List[CallPair]]:
+        if not hasattr(self, "_kids"):
+            self._kids: Dict[str, List[CallPair]] = {}
+            for cp in self.order:
+                if cp.matched:
+                    parent = self.gd.construct.get(cp.golden.key)
+                    if parent:
+                        self._kids.setdefault(parent, []).append(cp)
+        return self._kids
+
     @staticmethod
     def _loses_precision(p: CallPair) -> bool:
-        def lowered(rows):
-            return any(precision(r.golden_dtype) is not None and precision(r.target_dtype) is not None
-                       and precision(r.golden_dtype) != precision(r.target_dtype) for r in rows)
         outs = [r for r in p.rows if r.role == OUTPUT and r.mode in ("tensor", "statistics", "md5")]
         ins = [r for r in p.rows if r.role != OUTPUT and r.mode in ("tensor", "statistics", "md5")]
-        return lowered(outs) and not lowered(ins)
+        return any(map(_lowered, outs)) and not any(map(_lowered, ins))
 
     # -- results --------------------------------------------------------------------------------
     def _build(self, cp: CallPair, rows: List[Row], cause: str) -> FirstDivergence:

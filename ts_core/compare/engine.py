@@ -11,6 +11,7 @@ from .dataflow import Facts
 from .divergence import find_first_divergence
 from .errors import TensorFileError
 from .loader import OUTPUT, PARAMETER, Call, Dump, DumpUnit, Entry, is_tensor_summary
+from .masks import encodings_differ, is_bool, same_mask, same_mask_stats
 from .matching import BACKWARD, FORWARD, OTHER, align, default_normalise
 from .metrics import STAT_NAMES, compare_arrays, compare_stats, has_stats
 from .pairs import CallPair, in_time_order, members, pair_values
@@ -140,6 +141,13 @@ def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Opti
     if gs is not None and ts is not None and 0 in gs and 0 in ts:
         row.mode, row.verdict, row.reason = "tensor", PASS, "; ".join(["empty tensors"] + notes)
         return row
+    if encodings_differ(gl, tl):
+        mask = _one_mask(gl, tl, gd, td, opts)
+        if mask is not None:
+            row.mode, row.verdict = mask[0], PASS
+            row.reason = "; ".join([f"the same mask in two encodings: boolean ({mask[1]}) and additive float "
+                                    f"(0 / large negative)"] + notes)
+            return row
     stats = None
     if has_stats(gl) and has_stats(tl):
         stats = compare_stats(gl, tl)
@@ -179,6 +187,21 @@ def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Opti
         verdict, reason = WARNING, "nothing comparable recorded (no data, statistics or md5)"
     row.verdict, row.reason = verdict, "; ".join([reason] + notes)
     return row
+
+
+def _one_mask(gl: dict, tl: dict, gd: Dump, td: Dump, opts: Options):
+    """(mode, the boolean's convention) when a boolean and a float tensor hold one attention
+    mask (masks.py), from the data when both sides saved it, else from statistics; else None."""
+    b, f = (gl, tl) if is_bool(gl) else (tl, gl)
+    bd, fd = (gd, td) if b is gl else (td, gd)
+    if not opts.stats_only and b.get("data_name") and f.get("data_name"):
+        try:
+            how = same_mask(bd.load_tensor(b["data_name"]), fd.load_tensor(f["data_name"]))
+            return ("tensor", how) if how else None
+        except TensorFileError:
+            pass
+    how = same_mask_stats(b, f) if has_stats(b) and has_stats(f) else None
+    return ("statistics", f"{how}, from statistics") if how else None
 
 
 def _layouts(ga, ta):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..dumpfmt import FORWARD, INPUT, OUTPUT, PARAMETER, Entry, is_tensor_summary
-from .dataflow import fingerprint, numel, stats_distance
+from .dataflow import dtype_name, fingerprint, numel, precision, stats_distance
 from .loader import Call
 from .result import Row
 
@@ -156,14 +156,23 @@ def _positional(g: Optional[Call], t: Optional[Call]) -> List[ValuePair]:
     return out
 
 
+def _dtype_kind(leaf: dict) -> str:
+    """``bool``, ``float`` or ``int``: a mask, a value, an index or count."""
+    if dtype_name(leaf.get("dtype")) == "bool":
+        return "bool"
+    return "float" if precision(leaf.get("dtype")) is not None else "int"
+
+
 def _by_data(gs: List[Entry], ts: List[Entry], leftovers: bool) -> List[Tuple[Optional[Entry], Optional[Entry]]]:
-    """Pair tensors of one role: same element count, then closest statistics, then order.
-    With ``leftovers`` (the same op on both sides), what is left pairs by order when both
-    sides have some (a shape bug still shows); else it stays unpaired."""
+    """Pair tensors of one role: same element count and kind of dtype (a boolean flag is not
+    an integer index: one causal-mask builder's ``[0]`` is not another's ``all(mask)``), then
+    closest statistics, then order. With ``leftovers`` (the same op on both sides), what is
+    left pairs by order when both sides have some (a shape or dtype bug still shows); else it
+    stays unpaired."""
     cands = []
     for i, g in enumerate(gs):
         for j, t in enumerate(ts):
-            if numel(g.leaf) != numel(t.leaf):
+            if numel(g.leaf) != numel(t.leaf) or _dtype_kind(g.leaf) != _dtype_kind(t.leaf):
                 continue
             d = stats_distance(g.leaf, t.leaf)
             level = 0 if d <= _CLOSE else 1 if d <= _SIMILAR else 2

@@ -16,14 +16,17 @@ by what flows through its calls:
    group's boundary values (N:M groups). Next to a pair of the *same* op it stays an extra
    call, which the first-divergence walk may name;
 4. what is still unpaired on both sides between the same two pairs forms one group.
+
+Lossless calls of different shapes never pair, by name or by score; backward records then
+pair as their forward calls did (``_follow_forward``).
 """
 from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..dumpfmt import BACKWARD, FORWARD, INPUT, OUTPUT, forward_key
-from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, QUERY, CallInfo, Facts, Flow, fingerprint, numel, precision,
-                       roots, stats_distance, tensors)
+from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, QUERY, CallInfo, Facts, Flow, fingerprint, numel,
+                       precision, roots, stats_distance, tensors)
 from .loader import Call
 from .matching import align, default_normalise
 from .pairs import CallPair, members, merge
@@ -120,6 +123,8 @@ def _score(gc: Call, tc: Call, gs: Side, ts: Side) -> Optional[int]:
         return 6 if gs.name(gc.key).rsplit(".", 3)[0] == ts.name(tc.key).rsplit(".", 3)[0] else None
     if not gi.outs or not ti.outs or (gi.effect == LOSSLESS) != (ti.effect == LOSSLESS):
         return None          # lossless ops pair only with lossless ops: alone they are harmless anyway
+    if _shapes_conflict(gi, ti):
+        return None
     g_n = {numel(e.leaf) for e in gi.outs}
     t_n = {numel(e.leaf) for e in ti.outs}
     if not g_n & t_n:
@@ -393,6 +398,69 @@ def _close_made(a: CallInfo, b: CallInfo) -> bool:
                for x in _results(a) for y in _results(b))
 
 
+def _leading_shape(entries: List) -> Optional[tuple]:
+    shape = entries[0].leaf.get("shape") if entries else None
+    return tuple(shape) if isinstance(shape, (list, tuple)) else None
+
+
+def _shapes_conflict(a: CallInfo, b: CallInfo) -> bool:
+    """Two lossless calls (views, reshapes, copies, up-casts, queries) that take or give values
+    of different shapes are different calls, whatever their names: ``view(2, 5, 2, 8)`` of one
+    head split is not the ``reshape(2, 5, 48)`` MindSpore's ``Dense`` runs, nor is a ``float()``
+    of ``[2, 5, 32]`` the ``Reshape`` of ``[10, 32]``. (Backward records: the shapes of the
+    gradients they receive.) Alone on its side each is harmless; paired they would compare
+    values of different tensors."""
+    if not (a.harmless and b.harmless):
+        return False
+    for x, y in ((a.ins, b.ins), (a.outs, b.outs)):
+        sx, sy = _leading_shape(x), _leading_shape(y)
+        if sx is not None and sy is not None and sx != sy:
+            return True
+    return False
+
+
+def _records_fit(a: CallInfo, b: CallInfo) -> bool:
+    """Could two backward records be one call's: the gradients they receive and give hold as
+    many elements (and, for lossless calls, have the same shapes)? The backward of a mean over
+    two axes does not fit that of one of the two means a decomposition runs instead."""
+    if _shapes_conflict(a, b):
+        return False
+    for x, y in ((a.ins, b.ins), (a.outs, b.outs)):
+        if x and y and numel(x[0].leaf) != numel(y[0].leaf):
+            return False
+    return True
+
+
+def _dissolve_misshaped(raw: List[CallPair], gs: Side, ts: Side) -> List[CallPair]:
+    """Undo a name anchor of two lossless calls of different shapes (``_shapes_conflict``) that
+    are different calls: they take tensors of different shapes, or a call left alone nearby on
+    one side has the shapes of the other side's call (the target's extra reshapes shifted the
+    names). Both are left to their gap, where a lossless call on one side only is harmless.
+    Otherwise the anchor stays: the same view giving another shape is a shape bug to show."""
+    out: List[CallPair] = []
+    for k, cp in enumerate(raw):
+        if cp.matched and cp.kind == "api":
+            gi, ti = gs.of(cp.golden), ts.of(cp.target)
+            if _shapes_conflict(gi, ti) and (_leading_shape(gi.ins) != _leading_shape(ti.ins)
+                                             or _fitting_call_near(raw, k, gi, ti, gs, ts)):
+                out += [CallPair(cp.golden, None, cp.direction), CallPair(None, cp.target, cp.direction)]
+                continue
+        out.append(cp)
+    return out
+
+
+def _fitting_call_near(raw: List[CallPair], k: int, gi: CallInfo, ti: CallInfo, gs: Side, ts: Side) -> bool:
+    """Is a lossless call left alone near ``raw[k]`` shaped like the other side's call?"""
+    for o in raw[max(0, k - DOUBT_WINDOW):k + DOUBT_WINDOW + 1]:
+        if o.matched or o.kind != "api":
+            continue
+        if o.target is not None and ts.of(o.target).harmless and not _shapes_conflict(gi, ts.of(o.target)):
+            return True
+        if o.golden is not None and gs.of(o.golden).harmless and not _shapes_conflict(gs.of(o.golden), ti):
+            return True
+    return False
+
+
 def _dissolve_doubtful(raw: List[CallPair], gs: Side, ts: Side) -> List[CallPair]:
     """Undo a name anchor whose two calls computed different values while a nearby call left
     unpaired on one side computed what the other did: ``h + r`` vs ``(h + 0.5 r) + 0.5 r``
@@ -433,29 +501,52 @@ def forward_partners(pairs: List[CallPair]) -> Dict[str, str]:
             if cp.matched and not cp.golden.members and not cp.target.members}
 
 
-def _follow_forward(pairs: List[CallPair], partners: Dict[str, str]) -> None:
-    """A backward record pairs as its forward call did: the backward of the expert visited
-    first in golden pairs with the backward of the same expert, visited last in target."""
+def _follow_forward(pairs: List[CallPair], partners: Dict[str, str], gs: Side, ts: Side,
+                    cross: bool) -> List[CallPair]:
+    """A backward record pairs with the backward record of the call its forward call paired
+    with: the backward of the expert visited first in golden pairs with the backward of the
+    same expert, visited last in target; the backward of torch's ``view`` pairs with that of the
+    ``reshape`` its forward paired with, not with the one before it (MindSpore's ``Dense``) that
+    the name alignment chose. The wanted record is taken from wherever it is, a pair or alone;
+    the record it replaces is left alone (a lossless one is harmless there)."""
+    single = lambda c: c is not None and not c.members            # noqa: E731
+    movable = lambda cp: cp.golden is None or cp.target is None or cp.exact   # noqa: E731
     where = {forward_key(cp.target.key): k for k, cp in enumerate(pairs)
-             if cp.matched and cp.exact and not cp.target.members}
+             if single(cp.target) and single(cp.golden or cp.target) and movable(cp)}
+    changed = set()
     for k, cp in enumerate(pairs):
-        if not cp.matched or not cp.exact or cp.golden.members or cp.target.members:
+        if not single(cp.golden) or not single(cp.target or cp.golden) or not movable(cp):
             continue
         want = partners.get(forward_key(cp.golden.key))
-        have = forward_key(cp.target.key)
+        have = forward_key(cp.target.key) if cp.target is not None else None
         m = where.get(want) if want is not None else None
         if m is None or want == have or m == k:
             continue
         other = pairs[m]
+        if not _records_fit(gs.of(cp.golden), ts.of(other.target)):
+            continue
         cp.target, other.target = other.target, cp.target
-        where[have], where[want] = m, k
+        where[want] = k
+        if have is not None:
+            where[have] = m
+        changed |= {k, m}
+    out: List[CallPair] = []
+    for k, cp in enumerate(pairs):
+        if k not in changed:
+            out.append(cp)
+        elif cp.matched:
+            out.append(_classified(cp, gs, ts, cross))
+        elif cp.golden is not None or cp.target is not None:
+            c, side = (cp.golden, gs) if cp.golden is not None else (cp.target, ts)
+            out.append(CallPair(cp.golden, cp.target, cp.direction, harmless=_harmless_reason(c, side)))
+    return out
 
 
 def refine(raw: List[CallPair], gs: Side, ts: Side, cross: bool,
            partners: Optional[Dict[str, str]] = None) -> List[CallPair]:
     """Resolve the gaps between the matched pairs of `raw` (one direction, one kind of call).
     ``partners`` (backward records): how the forward calls paired."""
-    raw = _dissolve_doubtful(raw, gs, ts)
+    raw = _dissolve_doubtful(_dissolve_misshaped(raw, gs, ts), gs, ts)
     out: List[CallPair] = []
     G: List[Call] = []
     T: List[Call] = []
@@ -478,7 +569,7 @@ def refine(raw: List[CallPair], gs: Side, ts: Side, cross: bool,
     flush(None)
     out = _pair_moved_modules(out, gs, ts, cross)
     if partners:
-        _follow_forward(out, partners)
+        out = _follow_forward(out, partners, gs, ts, cross)
     else:
         _repair_order(out, gs, ts)
     return _regroup_swapped(out, gs, ts, cross)
