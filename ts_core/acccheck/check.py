@@ -22,7 +22,7 @@ from ..dumpfmt import TensorFileError, find_dumps, is_tensor_summary, json_safe
 from .outcome import Outcome, ReplayError
 from .plan import CallPlan, TensorArg, build_plans, decode
 from .replay import replay
-from .standards import (ERROR, PASS, WARNING, Grade, compare_values, grade, load_standards, measure,
+from .standards import (ERROR, PASS, WARNING, compare_values, grade, load_standards, measure,
                         STANDARDS_YAML, worse)
 
 SKIP = "skip"

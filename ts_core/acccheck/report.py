@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from ..compare.report import csv_value
 from ..dumpfmt import write_text_atomic

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from ..dumpfmt import FORWARD, OUTPUT, PARAMETER, Entry, api_key, module_base, parse_key, split_module_name
+from ..dumpfmt import FORWARD, PARAMETER, Entry, api_key, module_base, parse_key, split_module_name
 from .loader import Call
 from .matching import align, default_normalise
 from .pairs import merge

@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from ..dumpfmt import DumpFormatError, json_safe, write_text_atomic
 from .collect import record_hyperparameters
