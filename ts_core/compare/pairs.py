@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..dumpfmt import FORWARD, INPUT, OUTPUT, PARAMETER, Entry, is_tensor_summary
-from .dataflow import dtype_name, fingerprint, numel, precision, stats_distance
+from .dataflow import fingerprint, numel, precision, stats_distance
 from .loader import Call
+from .masks import is_bool
 from .result import Row
 
 ValuePair = Tuple[str, str, Optional[Entry], Optional[Entry], str]     # role, arg, golden, target, note
@@ -158,7 +159,7 @@ def _positional(g: Optional[Call], t: Optional[Call]) -> List[ValuePair]:
 
 def _dtype_kind(leaf: dict) -> str:
     """``bool``, ``float`` or ``int``: a mask, a value, an index or count."""
-    if dtype_name(leaf.get("dtype")) == "bool":
+    if is_bool(leaf):
         return "bool"
     return "float" if precision(leaf.get("dtype")) is not None else "int"
 
