@@ -8,7 +8,7 @@ Needs only numpy.
 """
 from .checksum import CRC32, XOR, checksum_kind, xor64_of_bytes, xor_field, xor_of_array
 from .errors import DumpFormatError, TensorFileError
-from .jsonio import (json_by_line, json_safe, read_json, read_json_optional, write_atomic, write_json_atomic,
+from .jsonio import (json_by_line, json_safe, record_json, read_json, read_json_optional, write_atomic, write_json_atomic,
                      write_text_atomic)
 from .keys import (BACKWARD, DEBUG, FORWARD, MODULE_PREFIXES, OTHER, PARAMETERS_GRAD, KeyInfo, api_key, debug_key, forward_key,
                    module_base, module_key, params_grad_key, parse_key, split_module_name, value_name,
@@ -28,7 +28,7 @@ from .fingerprint import FINGERPRINT_JSON, read_fingerprint, write_fingerprint
 __all__ = [
     "CRC32", "XOR", "checksum_kind", "xor64_of_bytes", "xor_field", "xor_of_array",
     "DumpFormatError", "TensorFileError",
-    "json_by_line", "json_safe", "read_json", "read_json_optional", "write_atomic", "write_json_atomic",
+    "json_by_line", "json_safe", "record_json", "read_json", "read_json_optional", "write_atomic", "write_json_atomic",
     "write_text_atomic",
     "BACKWARD", "DEBUG", "FORWARD", "MODULE_PREFIXES", "OTHER", "PARAMETERS_GRAD", "KeyInfo", "api_key", "debug_key", "forward_key",
     "module_base", "module_key", "params_grad_key", "parse_key", "split_module_name", "value_name",

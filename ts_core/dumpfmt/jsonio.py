@@ -14,6 +14,13 @@ from typing import Any, Callable, Dict, Optional
 
 from .errors import DumpFormatError
 
+try:        # optional (extra "fast"): the same JSON ~10x faster than the stdlib encoder
+    from msgspec.json import Encoder as _MsgspecEncoder
+    _fast_encode: Optional[Callable[[Any], bytes]] = _MsgspecEncoder().encode
+except ImportError:
+    _fast_encode = None
+_std_record_encode = json.JSONEncoder(separators=(", ", ": ")).encode
+
 
 def write_atomic(path: "os.PathLike | str", write: Callable[[Any], None], mode: str = "w",
                  fsync: bool = True) -> None:
@@ -45,6 +52,19 @@ def write_json_atomic(path: "os.PathLike | str", obj: Any, indent: Optional[int]
     """Any JSON document (NaN/Inf made strings first), atomically."""
     text = json.dumps(json_safe(obj), indent=indent)
     write_text_atomic(path, text + "\n")
+
+
+def record_json(record: Any, finite: bool = True) -> str:
+    """JSON text of one dump record. ``finite`` (the caller knows the record holds no NaN or
+    Inf float): msgspec when installed, whose output parses to the same values; it writes
+    NaN/Inf as ``null``, so any other record takes the stdlib encoder (``NaN``/``Infinity``, as
+    msprobe writes them). An object msgspec refuses also falls back, to the stdlib's behaviour."""
+    if finite and _fast_encode is not None:
+        try:
+            return _fast_encode(record).decode()
+        except Exception:       # a type or key msgspec refuses: the stdlib decides
+            pass
+    return _std_record_encode(record)
 
 
 def json_by_line(head: Dict[str, Any], field: Optional[str] = None, items: Optional[Dict[str, Any]] = None,

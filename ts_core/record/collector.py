@@ -268,7 +268,7 @@ class Collector:
         objects make the interpreter run a full collection over the whole training process's
         heap (~0.5 s with torch and transformers loaded)."""
         if not self._pending and not self.summ.n_pending:
-            dump.add_record(key, rec)
+            dump.add_record(key, rec, finite=not self.summ.nonfinite)
         else:
             self._pending.append((dump, key, rec))
         if self._flush_due():
@@ -297,8 +297,9 @@ class Collector:
             n = len(self._pending)      # records appended meanwhile (another thread) stay queued
             self.summ.resolve()         # covers every record among the first n
             dumps: Dict[int, DumpDir] = {} if self.dump is None else {id(self.dump): self.dump}
+            finite = not self.summ.nonfinite
             for dump, key, rec in self._pending[:n]:
-                dump.add_record(key, rec)
+                dump.add_record(key, rec, finite)
                 dumps[id(dump)] = dump
             del self._pending[:n]
             for dump in dumps.values():

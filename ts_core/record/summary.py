@@ -103,6 +103,9 @@ class Summarizer:
         self.deferred: List[list] = []       # defer: [summary, device copy, file's value name or None, crc?]
         self.deferred_bytes = 0
         self._seen: dict = {}                # content key -> _Seen: one step folder (defer: one flush)
+        # NaN/Inf floats put into summaries since the folder began: records are then encoded by
+        # the stdlib, which writes them as NaN/Infinity (``dumpfmt.record_json``)
+        self.nonfinite = 0
 
     @property
     def n_pending(self) -> int:
@@ -118,9 +121,14 @@ class Summarizer:
         if value is None:
             return None
         if isinstance(value, _PLAIN):
+            if type(value) is float and value - value != 0:       # NaN or +-Inf
+                self.nonfinite += 1
             return {"type": type(value).__name__, "value": value}
         other = ad.describe_other(value)
         if other is not None:
+            v = other.get("value")
+            if isinstance(v, float) and v - v != 0:
+                self.nonfinite += 1
             return other
         if isinstance(value, (list, tuple)):
             return [self.summarize(v, value_name(name, i), files, hold) for i, v in enumerate(value)]
@@ -148,6 +156,8 @@ class Summarizer:
         else:
             handle = ad.stats(t)
             if type(handle) in HOST_ROW:        # already on the host (native kernel): filled now
+                if handle[2] - handle[2] != 0 or handle[3] - handle[3] != 0:
+                    self.nonfinite += 1         # (a NaN/Inf Max or Min makes the mean one too)
                 dtype = out["dtype"]
                 out["Max"] = _typed(handle[0], dtype, "Max")
                 out["Min"] = _typed(handle[1], dtype, "Min")
@@ -208,6 +218,7 @@ class Summarizer:
     def reset(self) -> None:
         """A new step folder: nothing seen yet (links never cross folders)."""
         self._seen.clear()
+        self.nonfinite = 0
         self.adapter.reset()
 
     def resolve(self) -> None:
@@ -222,6 +233,8 @@ class Summarizer:
             for (out, _, dtype), row in zip(pending, values):
                 for field, v in zip(STAT_FIELDS, row):
                     out[field] = _typed(v, dtype, field)
+                    if v is not None and v - v != 0:
+                        self.nonfinite += 1
             del self.pending[:n]
         n = len(self.pending_xor)
         if n:

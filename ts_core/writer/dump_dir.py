@@ -6,18 +6,14 @@ and let training go on, unless the config says ``on_write_error: raise``.
 """
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..dumpfmt import JOURNAL, TENSOR_DIR, tensor_file_name, write_rank_files
+from ..dumpfmt import JOURNAL, TENSOR_DIR, record_json, tensor_file_name, write_rank_files
 from ..errors import DumpWriteError
 from .journal import Journal, read_journal
 from .tensor_files import TensorFileWriter
-
-_dumps = json.JSONEncoder(separators=(", ", ": ")).encode
-
 
 def _survive_file_size_limit() -> None:
     """By default exceeding RLIMIT_FSIZE kills the process with SIGXFSZ; ignored, the write
@@ -60,9 +56,10 @@ class DumpDir:
             self._failed(exc)
 
     # -- collecting ---------------------------------------------------------------------
-    def add_record(self, key: str, record: Any) -> None:
-        """`record` is final (its statistics resolved): it is encoded once, here."""
-        text = _dumps(record)
+    def add_record(self, key: str, record: Any, finite: bool = False) -> None:
+        """`record` is final (its statistics resolved): it is encoded once, here. ``finite``:
+        it holds no NaN/Inf float (see ``record_json``)."""
+        text = record_json(record, finite)
         self.data[key] = text
         self._dirty = True
         if self._journal is not None:
