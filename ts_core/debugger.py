@@ -126,7 +126,7 @@ class PrecisionDebugger:
         self._set_switches(False)
         self._backend.end_step()
         self._collector.finalize()
-        if self.config.fingerprint and self.config.async_dump:    # its deferred half (collect.py)
+        if self.config.fingerprint:     # what the first forward did not write (collect.py)
             from .configcheck.collect import on_stop
 
             on_stop(self)

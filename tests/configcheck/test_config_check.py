@@ -110,6 +110,36 @@ def test_fingerprint_changes_nothing_and_can_be_off(tmp_path):
         PrecisionDebugger(dump_path=str(tmp_path / "x"), fingerprint="yes")
 
 
+def test_fingerprint_written_once_per_step_before_the_forward(tmp_path, monkeypatch):
+    """Weights and batch go into one write at the first forward; a step without a forward
+    still gets its fingerprint (weights only) at stop()."""
+    from ts_core.configcheck import collect
+
+    writes = []
+    real = collect.write_fingerprint
+    monkeypatch.setattr(collect, "write_fingerprint", lambda folder, doc: writes.append(
+        (os.path.basename(os.path.dirname(folder)), sorted(doc))) or real(folder, doc))
+    model = nn.Linear(4, 3)
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), level="L0", step=[0, 1])
+    seen_at_forward = []
+    dbg.start(model)
+    model.register_forward_pre_hook(lambda m, a: seen_at_forward.append(len(writes)))   # runs after tsprobe's
+    model(torch.ones(2, 4)).sum().backward()
+    dbg.stop()
+    dbg.step()
+    dbg.start(model)           # step 1: no forward
+    dbg.stop()
+    dbg.step()
+    dbg.close()
+    assert seen_at_forward == [1]             # written before the model's own forward ran
+    assert [w[0] for w in writes] == ["step0", "step1"]
+    assert "data" in writes[0][1] and "weights" in writes[0][1]
+    assert "data" not in writes[1][1] and "weights" in writes[1][1]
+    fp = read_fingerprint(str(tmp_path / "step0" / "rank"))
+    assert fp["data"]["args.0"]["shape"] == [2, 4] and fp["data"]["args.0"]["Max"] == 1.0
+    assert fp["weights"]["weight"]["Max"] == model.weight.max().item()
+
+
 def test_record_hyperparameters_forms(tmp_path):
     @dataclasses.dataclass
     class Opt:

@@ -176,6 +176,7 @@ class Recorder:
         self.hyperparameters: Dict[str, Any] = {}
         self.handle: Any = None
         self.pending: Dict[str, TensorSummary] = {}       # async_dump: section -> unresolved summary
+        self.unwritten = False        # the document changed since the file was last written
 
     def start(self, model: Any) -> None:
         dbg = self.debugger()
@@ -211,10 +212,9 @@ class Recorder:
             crc = sum(_nbytes(t) for _, t in named) <= CRC_LIMIT      # bounded device copies
         summary = TensorSummary(self.adapter, named, crc=crc, values=values, defer=defer)
         self.doc[section] = summary.out
+        self.unwritten = True
         if defer:
             self.pending[section] = summary
-        else:
-            self.write()
 
     @staticmethod
     def _rank(folder: str) -> Optional[int]:
@@ -225,19 +225,24 @@ class Recorder:
         if dbg is not None and dbg.open_dump_dir == self.folder and "data" not in self.doc:
             named = _leaves(args, "args", self.adapter.is_tensor) + _leaves(kwargs, "kwargs", self.adapter.is_tensor)
             self._summarize("data", named, crc=True, defer=dbg.config.async_dump and dbg.in_window)
+            if not self.pending:
+                self.write()        # weights and batch in one write, before the forward runs
         if getattr(self.adapter, "framework", "") == "pytorch":
             self.remove_hook()      # MindSpore iterates its hook dict while calling: removed at the next start/close
         return None
 
     def flush(self) -> None:
-        """async_dump: resolve what the step left pending and write the file (at stop())."""
+        """At stop(): resolve what async_dump left pending; write the file if the step's first
+        forward has not (a step without a forward, or async_dump)."""
         if self.pending:
             for summary in self.pending.values():
                 summary.resolve()
             self.pending.clear()
+        if self.unwritten:
             self.write()
 
     def write(self) -> None:
+        self.unwritten = False
         if self.folder and os.path.isdir(self.folder):
             try:
                 write_fingerprint(self.folder, self.doc)
@@ -270,7 +275,8 @@ def on_start(debugger: Any, model: Any, adapter: Any) -> None:
 
 
 def on_stop(debugger: Any) -> None:
-    """The debugger's stop(): async_dump's deferred fingerprint is fetched and written now."""
+    """The debugger's stop(): what the step's first forward did not write is written now
+    (async_dump's deferred half, or a step without a forward)."""
     rec = _RECORDERS.get(debugger)
     if rec is not None:
         rec.flush()
