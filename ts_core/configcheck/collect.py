@@ -91,7 +91,9 @@ def _probe(probes: Dict[str, Any]) -> Dict[str, Any]:
                 v = fn()
             except Exception:
                 continue
-            out[name] = v if isinstance(v, (bool, int, float, str, type(None))) else str(v)
+            # exact types: a str subclass (torch's TorchVersion) would send the document to the
+            # slow stdlib encoder (jsonio.write_json_atomic)
+            out[name] = v if type(v) in (bool, int, float, str, type(None)) else str(v)
     return out
 
 
@@ -345,5 +347,7 @@ def _flatten(d: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
         if isinstance(v, dict):
             out.update(_flatten(v, name + "."))
         else:
-            out[name] = v if isinstance(v, (bool, int, float, str, type(None))) else str(v)
+            # exact types: a str subclass (torch's TorchVersion) would send the document to the
+            # slow stdlib encoder (jsonio.write_json_atomic)
+            out[name] = v if type(v) in (bool, int, float, str, type(None)) else str(v)
     return out

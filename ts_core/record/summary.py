@@ -121,7 +121,7 @@ class Summarizer:
         if value is None:
             return None
         if isinstance(value, _PLAIN):
-            if type(value) is float and value - value != 0:       # NaN or +-Inf
+            if isinstance(value, float) and value - value != 0:       # NaN or +-Inf
                 self.nonfinite += 1
             return {"type": type(value).__name__, "value": value}
         other = ad.describe_other(value)
