@@ -1,6 +1,7 @@
 """Native kernels (plain C, loaded with ctypes; the GIL is released while they run):
 one-pass tensor statistics over host memory, all compare metrics of a golden/target pair in
-one pass, and the fastest CRC-32 available (ISA-L's through the ``isal`` package, else zlib's;
+one pass, the calling thread's Python stack as raw (code, line) pairs (``frame_walker``), and
+the fastest CRC-32 available (ISA-L's through the ``isal`` package, else zlib's;
 same values).
 
 ``stats(address, numel, dtype_code)`` returns ``[max, min, sum, sum_of_squares]`` of a
@@ -13,7 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from . import build as _build
 
@@ -84,6 +85,51 @@ class Stats:
         if self._fn(address, numel, code, ctypes.addressof(out)) != 0:
             return None
         return [out[0], out[1], out[2], out[3]]
+
+
+MAX_FRAMES = 512
+
+
+def frame_walker() -> Optional[Callable[[], Optional[bytes]]]:
+    """A function returning the calling thread's Python stack, innermost first, as bytes of
+    int64 (code object address, instruction offset or line) pairs (its own frame included): a
+    key for the stack, not its text. None for a stack
+    deeper than ``MAX_FRAMES``; None when the library is unavailable. The addresses identify
+    code objects only while the caller keeps them alive (``StackRecorder`` does)."""
+    lib = _load()
+    if lib is None:
+        return None
+    try:
+        gil = ctypes.PyDLL(lib._name)           # the same library, called with the GIL held
+        api = ctypes.pythonapi
+        init = gil.tsp_frames_init
+        init.argtypes = [ctypes.c_void_p] * 5
+        init.restype = ctypes.c_int
+        position = getattr(api, "PyFrame_GetLasti", None) or api.PyFrame_GetLineNumber   # 3.11+: O(1)
+        funcs = (api.PyEval_GetFrame, api.PyFrame_GetBack, api.PyFrame_GetCode, position, api.Py_DecRef)
+        if init(*(ctypes.cast(f, ctypes.c_void_p).value for f in funcs)) != 0:
+            return None
+        walk = gil.tsp_frames
+        walk.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+        walk.restype = ctypes.c_int64
+    except (OSError, AttributeError):      # an interpreter without the 3.9+ frame API
+        return None
+    local = threading.local()              # the GIL may pass to another thread between two lines
+    string_at = ctypes.string_at
+
+    def frames() -> Optional[bytes]:
+        buf = getattr(local, "buf", None)
+        if buf is None:
+            buf = local.buf = ctypes.addressof(_frame_buffer(local))
+        n = walk(buf, MAX_FRAMES)
+        return string_at(buf, 16 * n) if n >= 0 else None
+
+    return frames
+
+
+def _frame_buffer(local: threading.local) -> ctypes.Array:
+    local.array = (ctypes.c_int64 * (2 * MAX_FRAMES))()     # kept alive by the thread's local
+    return local.array
 
 
 def crc32_hex(buffer) -> str:

@@ -1,4 +1,4 @@
-"""Build the native kernels (stats.c, compare.c) into one shared library next to this file.
+"""Build the native kernels (stats.c, compare.c, frames.c) into one shared library next to this file.
 
 Run at install time by ``make`` (``python -m ts_core.native``); ``ts_core.native.load``
 also builds it on first use when a C compiler is present. Without a compiler (or with
@@ -16,8 +16,8 @@ import tempfile
 from typing import List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = [os.path.join(HERE, name) for name in ("stats.c", "compare.c")]
-ABI = 2
+SOURCES = [os.path.join(HERE, name) for name in ("stats.c", "compare.c", "frames.c")]
+ABI = 3
 LIB_NAME = f"libtsprobe_native_v{ABI}.so"
 _FLAG_SETS = (["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno"],
               ["-O3", "-fopenmp-simd", "-fno-math-errno"])

@@ -150,4 +150,4 @@ int tsp_stats(const void *p, int64_t n, int dtype, double *out) {
     }
 }
 
-int tsp_abi_version(void) { return 2; }
+int tsp_abi_version(void) { return 3; }
