@@ -12,7 +12,9 @@ library cannot be built or ``TSPROBE_NATIVE=0``.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
+import struct
 import threading
 from typing import Callable, List, Optional, Tuple
 
@@ -69,7 +71,7 @@ class Stats:
     """The statistics kernel with an output buffer per calling thread: the kernel runs with the
     GIL released, so threads sharing one buffer would read each other's results."""
 
-    __slots__ = ("_fn", "_local")
+    __slots__ = ("_fn", "_local", "_unpack")
 
     def __init__(self) -> None:
         lib = _load()
@@ -77,6 +79,7 @@ class Stats:
             raise RuntimeError("tsprobe native kernels are not available")
         self._fn = lib.tsp_stats
         self._local = threading.local()
+        self._unpack = struct.Struct("4d").unpack_from
 
     def __call__(self, address: int, numel: int, code: int) -> Optional[List[float]]:
         out = getattr(self._local, "out", None)
@@ -85,6 +88,17 @@ class Stats:
         if self._fn(address, numel, code, ctypes.addressof(out)) != 0:
             return None
         return [out[0], out[1], out[2], out[3]]
+
+    def row(self, address: int, numel: int, code: int) -> Optional[Tuple[float, float, float, float]]:
+        """(max, min, mean, norm), or None on NaN/Inf. A tuple of floats: the GC untracks it, so
+        a step's cache of rows is never promoted towards a full collection (Collector._emit)."""
+        out = getattr(self._local, "out", None)
+        if out is None:
+            out = self._local.out = (ctypes.c_double * 4)()
+        if self._fn(address, numel, code, ctypes.addressof(out)) != 0:
+            return None
+        mx, mn, total, squares = self._unpack(out)
+        return (mx, mn, total / numel, math.sqrt(squares))
 
 
 MAX_FRAMES = 512

@@ -85,6 +85,7 @@ class Collector:
         self._flush_lock = threading.Lock()
         self._idle_flusher: Optional[_IdleFlusher] = None
         self.dump_dirs: List[str] = []
+        self._plain_bases: Dict[str, bool] = {}     # base name -> has no forward/backward part
         w = cfg.wants
         self.want = {(d, p): w(d, p) for d in (FORWARD, BACKWARD) for p in ("input", "output")}
 
@@ -141,7 +142,11 @@ class Collector:
             fwd, bwd = module_key(base, index, FORWARD), module_key(base, index, BACKWARD)
         else:
             fwd, bwd = api_key(base, index, FORWARD), api_key(base, index, BACKWARD)
-        name = without_direction(fwd)
+        # the call's name without direction (``without_direction``, without splitting the key)
+        plain = self._plain_bases.get(base)
+        if plain is None:
+            plain = self._plain_bases[base] = without_direction(base) == base
+        name = f"{base}.{index}" if plain else without_direction(fwd)
         parent = self.module_stack[-1] if self.module_stack else None
         selected = self.scope.begin(name, fwd, parent is not None and parent.selected)
         in_backward = self.backward_modules[-1].bwd_key if parent is None and self.backward_modules else None
@@ -174,9 +179,13 @@ class Collector:
             s = self.summ.summarize
             key = call.fwd_key
             files, hold = self.files_for(key), self._hold()
-            rec["input_args"] = [s(a, value_name(key, "input", i), files, hold) for i, a in enumerate(args)]
-            rec["input_kwargs"] = {k: s(v, value_name(key, "input", k), files, hold)
-                                   for k, v in (kwargs or {}).items()}
+            if files or hold is not None:
+                rec["input_args"] = [s(a, value_name(key, "input", i), files, hold) for i, a in enumerate(args)]
+                rec["input_kwargs"] = {k: s(v, value_name(key, "input", k), files, hold)
+                                       for k, v in (kwargs or {}).items()}
+            else:           # value names only name tensor files and held values: none here
+                rec["input_args"] = [s(a, "", False) for a in args]
+                rec["input_kwargs"] = {k: s(v, "", False) for k, v in (kwargs or {}).items()}
             if hold is not None and self.diff.inputs_match(key, rec):
                 # copies now: the call may still change its inputs in place
                 self.diff.hold(key, [(out, name, self.adapter.snapshot(t)) for out, name, t in hold])
@@ -189,7 +198,10 @@ class Collector:
         files, hold = self.files_for(key), self._hold()
         if self.want[FORWARD, "output"]:
             outs = output if isinstance(output, (list, tuple)) else [output]
-            rec["output"] = [s(o, value_name(key, "output", i), files, hold) for i, o in enumerate(outs)]
+            if files or hold is not None:
+                rec["output"] = [s(o, value_name(key, "output", i), files, hold) for i, o in enumerate(outs)]
+            else:
+                rec["output"] = [s(o, "", False) for o in outs]
         if params and self.want[FORWARD, "input"]:
             rec["parameters"] = {n: s(p, value_name(key, "parameters", n), files, hold) for n, p in params.items()}
         if self.diff is not None:

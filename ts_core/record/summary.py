@@ -63,6 +63,10 @@ class TensorAdapter(Protocol):
     def describe_other(self, value: Any) -> Optional[dict]:
         """Framework-specific non-tensor values (dtype, device, Size); None if not one."""
 
+    # Optional: ``host_summary(tensor) -> Optional[dict]``, the whole statistics summary (meta,
+    # Max/Min/Mean/Norm, requires_grad) in one call when it can be made on the host now, else
+    # None (the general path above then runs). The hot path of every recorded call.
+
 
 _PLAIN = (bool, int, float, str)
 # Statistics already on the host, matched by exact type (a backend's pending device handle may be
@@ -103,6 +107,9 @@ class Summarizer:
         self.deferred: List[list] = []       # defer: [summary, device copy, file's value name or None, crc?]
         self.deferred_bytes = 0
         self._seen: dict = {}                # content key -> _Seen: one step folder (defer: one flush)
+        fast = values and summary_mode in ("statistics", "md5")
+        self._host_summary: Optional[Callable[[Any], Optional[dict]]] = \
+            getattr(adapter, "host_summary", None) if fast else None
         # NaN/Inf floats put into summaries since the folder began: records are then encoded by
         # the stdlib, which writes them as NaN/Infinity (``dumpfmt.record_json``)
         self.nonfinite = 0
@@ -142,6 +149,16 @@ class Summarizer:
 
     def tensor(self, t: Any, name: str, files: bool = True, hold: Optional[list] = None) -> dict:
         ad = self.adapter
+        out = self._host_summary(t) if self._host_summary is not None else None
+        if out is not None:                 # statistics already on the host: the whole summary
+            if hold is not None:
+                hold.append((out, name, t))
+            if out["Mean"] - out["Mean"] != 0 or out["Norm"] - out["Norm"] != 0:
+                self.nonfinite += 1         # an overflowing sum of squares (a NaN/Inf input never comes here)
+            save = files and self.save_tensor is not None
+            if self.summary_mode == "md5" or save:
+                self._content(t, name, out, save)
+            return out
         out = ad.meta(t)                    # field order as msprobe writes it
         if hold is not None:
             hold.append((out, name, t))

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Iterator, List, Optional
 
-_PLAIN = re.compile(r"[A-Za-z0-9_.:\-]*\Z").match
 
 
 _FRAMES_JSON: dict = {}
@@ -26,8 +24,11 @@ def _frames_json(frames: List[str]) -> str:
 
 
 def json_string(text: str) -> str:
-    """``json.dumps(text)``, without the encoder for the usual key made of plain characters."""
-    return f'"{text}"' if _PLAIN(text) else json.dumps(text)
+    """``json.dumps(text)``, without the encoder for the usual key: printable ASCII with no
+    quote or backslash needs no escape (three C-level string tests, cheaper than a regex)."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    return json.dumps(text)
 
 
 class Journal:

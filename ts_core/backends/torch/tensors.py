@@ -9,7 +9,6 @@ never syncs per tensor."""
 from __future__ import annotations
 
 import ctypes
-import math
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -26,6 +25,16 @@ _NATIVE_CODES = {torch.float32: native.F32, torch.float64: native.F64, torch.flo
                  torch.bfloat16: native.BF16, torch.int8: native.I8, torch.uint8: native.U8,
                  torch.int16: native.I16, torch.int32: native.I32, torch.int64: native.I64,
                  torch.bool: native.BOOL}
+
+
+def _int_or_float(v: float) -> Any:
+    return int(v) if abs(v) < 2**53 else v
+
+
+# Max/Min as msprobe writes them per dtype (summary._typed's rule for finite values)
+_TYPED = {**{dt: float for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16)},
+          **{dt: _int_or_float for dt in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)},
+          torch.bool: bool}
 
 
 class TorchAdapter:
@@ -94,13 +103,46 @@ class TorchAdapter:
                 if not contiguous:               # one copy, then one pass: cheaper than 3 passes
                     with torch.no_grad():
                         t = t.contiguous()
-                row = self._native(t.data_ptr(), n, code)
+                row = self._native.row(t.data_ptr(), n, code)
                 if row is not None:          # NaN/Inf: the framework path propagates them exactly
-                    # a tuple of floats: the GC untracks it, so the step's cache of rows is
-                    # never promoted towards a full collection (see Collector._emit)
-                    return (row[0], row[1], row[2] / n, math.sqrt(row[3]))
+                    return row
         with torch.no_grad():
             return _stats(t)
+
+    def host_summary(self, t: torch.Tensor) -> Optional[dict]:
+        """The summary of a contiguous CPU tensor in one call: meta, the native kernel's
+        statistics (or those of the same bytes seen unchanged earlier in the step, as
+        ``stats``), requires_grad. None for anything else (the general path)."""
+        native_stats = self._native
+        if native_stats is None or not t.is_cpu or t.is_inference():
+            return None
+        dtype = t.dtype
+        typed = _TYPED.get(dtype)
+        n = t.numel()
+        if typed is None or not n or not t.is_contiguous():
+            return None
+        address = t.data_ptr()
+        key = (address, n, dtype, True)
+        version = t._version
+        cache = self._recent
+        hit = cache.get(key)
+        row = None
+        if hit is not None and hit[1] == version:
+            owner = hit[0]()
+            if owner is t or (owner is not None and owner._version == version):
+                row = hit[2]
+        if row is None:
+            row = native_stats.row(address, n, _NATIVE_CODES[dtype])
+            if row is None:
+                return None                  # NaN/Inf: the framework path
+            cache[key] = (weakref.ref(t), version, row)
+        elif type(row) not in HOST_ROW:
+            return None                      # a framework handle from the general path
+        name = self._dtype_names.get(dtype)
+        if name is None:
+            name = self._dtype_names[dtype] = str(dtype)
+        return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape), "Max": typed(row[0]),
+                "Min": typed(row[1]), "Mean": row[2], "Norm": row[3], "requires_grad": t.requires_grad}
 
     def stats_to_host(self, handles: List[Any]) -> List[List[Optional[float]]]:
         with internal():     # may run on the idle-flush thread, where wrapped APIs would record
