@@ -15,7 +15,7 @@ import torch
 
 from ..base import Backend
 from .api_hooks import ApiPatcher, node_target
-from .grad_capture import GradCapture, hook_grad, release_leaf_hooks
+from .grad_capture import GradCapture, hook_grad, on_grad, release_leaf_hooks
 from .tensors import TorchAdapter
 
 __all__ = ["TorchBackend", "TorchAdapter"]
@@ -47,15 +47,7 @@ class TorchBackend(Backend):
         return param.register_post_accumulate_grad_hook(lambda p: callback(p.grad))
 
     def _grad_hook_impl(self, tensor: torch.Tensor, callback) -> bool:
-        # A pre-hook on the tensor's autograd node sees the same gradient as Tensor.register_hook
-        # (the tensor's total gradient, before the node runs) at a sixth of its cost; leaves
-        # have no node (their hook is released at the next step, as _hook_grad_impl's).
-        node = tensor.grad_fn
-        if node is None:
-            hook_grad(tensor, callback)
-        else:
-            nr = tensor.output_nr
-            node.register_prehook(lambda grads: callback(grads[nr]))
+        on_grad(tensor, callback)      # a leaf's hook is released at the next step
         return True
 
     def _accumulated_grad_impl(self, param: torch.Tensor) -> Optional[torch.Tensor]:
