@@ -63,9 +63,10 @@ class TensorAdapter(Protocol):
     def describe_other(self, value: Any) -> Optional[dict]:
         """Framework-specific non-tensor values (dtype, device, Size); None if not one."""
 
-    # Optional: ``host_summary(tensor) -> Optional[dict]``, the whole statistics summary (meta,
-    # Max/Min/Mean/Norm, requires_grad) in one call when it can be made on the host now, else
-    # None (the general path above then runs). The hot path of every recorded call.
+    # Optional: ``host_summary(tensor, md5) -> Optional[dict]``, the whole statistics summary
+    # (meta, Max/Min/Mean/Norm, requires_grad, with `md5` the CRC-32) in one call when it can be
+    # made on the host now, else None (the general path above then runs). The hot path of every
+    # recorded call.
 
 
 _PLAIN = (bool, int, float, str)
@@ -108,8 +109,9 @@ class Summarizer:
         self.deferred_bytes = 0
         self._seen: dict = {}                # content key -> _Seen: one step folder (defer: one flush)
         fast = values and summary_mode in ("statistics", "md5")
-        self._host_summary: Optional[Callable[[Any], Optional[dict]]] = \
+        self._host_summary: Optional[Callable[[Any, bool], Optional[dict]]] = \
             getattr(adapter, "host_summary", None) if fast else None
+        self._host_md5 = summary_mode == "md5" and not defer      # async_dump: CRCs from copies, later
         # NaN/Inf floats put into summaries since the folder began: records are then encoded by
         # the stdlib, which writes them as NaN/Infinity (``dumpfmt.record_json``)
         self.nonfinite = 0
@@ -149,14 +151,14 @@ class Summarizer:
 
     def tensor(self, t: Any, name: str, files: bool = True, hold: Optional[list] = None) -> dict:
         ad = self.adapter
-        out = self._host_summary(t) if self._host_summary is not None else None
+        out = self._host_summary(t, self._host_md5) if self._host_summary is not None else None
         if out is not None:                 # statistics already on the host: the whole summary
             if hold is not None:
                 hold.append((out, name, t))
             if out["Mean"] - out["Mean"] != 0 or out["Norm"] - out["Norm"] != 0:
                 self.nonfinite += 1         # an overflowing sum of squares (a NaN/Inf input never comes here)
             save = files and self.save_tensor is not None
-            if self.summary_mode == "md5" or save:
+            if save or (self.summary_mode == "md5" and not self._host_md5):
                 self._content(t, name, out, save)
             return out
         out = ad.meta(t)                    # field order as msprobe writes it

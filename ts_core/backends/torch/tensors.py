@@ -109,10 +109,11 @@ class TorchAdapter:
         with torch.no_grad():
             return _stats(t)
 
-    def host_summary(self, t: torch.Tensor) -> Optional[dict]:
+    def host_summary(self, t: torch.Tensor, md5: bool = False) -> Optional[dict]:
         """The summary of a contiguous CPU tensor in one call: meta, the native kernel's
         statistics (or those of the same bytes seen unchanged earlier in the step, as
-        ``stats``), requires_grad. None for anything else (the general path)."""
+        ``stats``), requires_grad, and with `md5` the CRC-32 (reused as ``crc32`` does). None
+        for anything else (the general path)."""
         native_stats = self._native
         if native_stats is None or not t.is_cpu or t.is_inference():
             return None
@@ -141,8 +142,21 @@ class TorchAdapter:
         name = self._dtype_names.get(dtype)
         if name is None:
             name = self._dtype_names[dtype] = str(dtype)
-        return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape), "Max": typed(row[0]),
-                "Min": typed(row[1]), "Mean": row[2], "Norm": row[3], "requires_grad": t.requires_grad}
+        out = {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape), "Max": typed(row[0]),
+               "Min": typed(row[1]), "Mean": row[2], "Norm": row[3], "requires_grad": t.requires_grad}
+        if md5:
+            crcs = self._crcs
+            hit = crcs.get(key)
+            crc = None
+            if hit is not None and hit[1] == version:
+                owner = hit[0]()
+                if owner is t or (owner is not None and owner._version == version):
+                    crc = hit[2]
+            if crc is None:
+                crc = native.crc32_hex((ctypes.c_ubyte * (n * t.element_size())).from_address(address))
+                crcs[key] = (weakref.ref(t), version, crc)
+            out["md5"] = crc
+        return out
 
     def stats_to_host(self, handles: List[Any]) -> List[List[Optional[float]]]:
         with internal():     # may run on the idle-flush thread, where wrapped APIs would record
