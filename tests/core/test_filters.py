@@ -122,6 +122,52 @@ def test_md5_config_writes_crc32_of_tensor_bytes(dump_root):
     assert rec["input_args"][0]["md5"] == f"{zlib.crc32(x.numpy().tobytes()):08x}"
 
 
+def test_md5_of_every_tensor_matches_its_file_through_a_training_step(tmp_path):
+    """Every CRC of an L1 statistics/md5 step (views, tensors passed on unchanged, the optimizer's
+    in-place updates, gradients) equals zlib's CRC of the same value's file in a tensor dump of
+    the same deterministic run."""
+    import zlib
+
+    import numpy as np
+
+    def run(root, task):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+        x = torch.randn(5, 6)
+        dbg = PrecisionDebugger(dump_path=root, task=task, level="L1", step=[0, 1], summary_mode="md5")
+        for _ in range(2):
+            dbg.start(model)
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            dbg.stop()
+            dbg.step()
+        dbg.close()
+        return os.path.join(root, "step1", "rank")
+
+    def summaries(rank):
+        out, stack = {}, [(k, v) for k, v in load_dump(rank)["data"].items()]
+        while stack:
+            path, v = stack.pop()
+            if isinstance(v, dict) and "md5" in v:
+                out[path] = v
+            elif isinstance(v, dict):
+                stack.extend((f"{path}/{k}", x) for k, x in v.items())
+            elif isinstance(v, list):
+                stack.extend((f"{path}/{i}", x) for i, x in enumerate(v))
+        return out
+
+    stats_rank, tensor_rank = run(str(tmp_path / "md5"), "statistics"), run(str(tmp_path / "files"), "tensor")
+    got, files = summaries(stats_rank), summaries(tensor_rank)
+    assert got.keys() == files.keys() and len(got) > 40
+    for path, v in got.items():
+        arr = np.load(os.path.join(tensor_rank, "dump_tensor_data", files[path]["data_name"]))
+        assert v["md5"] == f"{zlib.crc32(np.ascontiguousarray(arr).tobytes()) & 0xFFFFFFFF:08x}", path
+    assert len({v["md5"] for v in got.values()}) > 20       # many distinct values, in-place updates included
+
+
 def test_statistics_mix_config_two_steps(dump_root):
     _run(dump_root, steps=3, config_path=os.path.join(CONFIGS, "statistics_mix.json"))
     assert sorted(os.listdir(dump_root)) == ["step0", "step1"]
