@@ -179,6 +179,7 @@ class Recorder:
         self.handle: Any = None
         self.pending: Dict[str, TensorSummary] = {}       # async_dump: section -> unresolved summary
         self.unwritten = False        # the document changed since the file was last written
+        self._config: Optional[tuple] = None
 
     def start(self, model: Any) -> None:
         dbg = self.debugger()
@@ -197,7 +198,7 @@ class Recorder:
                     "python": static["python"], "platform": static["platform"], "packages": static["packages"],
                     "environment": environment(), "framework": framework_settings(), "argv": list(sys.argv),
                     "hyperparameters": {**parse_argv(sys.argv[1:]), **self.hyperparameters},
-                    "tsprobe_config": asdict(dbg.config)}
+                    "tsprobe_config": self._config_doc(dbg.config)}
         self._summarize("weights", named, crc=size <= CRC_LIMIT, defer=dbg.config.async_dump)
         root = models[0] if models else None
         if root is not None and hasattr(root, "register_forward_pre_hook"):
@@ -205,6 +206,12 @@ class Recorder:
                 self.handle = root.register_forward_pre_hook(self._first_batch, with_kwargs=True)
             except TypeError:        # a framework without with_kwargs
                 self.handle = root.register_forward_pre_hook(lambda m, a: self._first_batch(m, a, {}))
+
+    def _config_doc(self, config: Any) -> Dict[str, Any]:
+        """``asdict(config)``, once per config object (frozen: a reload makes a new one)."""
+        if self._config is None or self._config[0] is not config:
+            self._config = (config, asdict(config))
+        return self._config[1]
 
     def _summarize(self, section: str, named: List[tuple], crc: bool, defer: bool) -> None:
         """Fill `section` of the document; written now, or at ``flush()`` when `defer`."""

@@ -51,16 +51,15 @@ def write_text_atomic(path: "os.PathLike | str", text: str) -> None:
 
 def write_json_atomic(path: "os.PathLike | str", obj: Any, indent: Optional[int] = 1) -> None:
     """Any JSON document (NaN/Inf made strings first), atomically."""
-    safe = json_safe(obj)
     text = None
     if _fast_encode is not None:       # ~20x the stdlib's indenting encoder, which is pure Python
-        try:
-            raw = _fast_encode(safe)
-            text = (_fast_format(raw, indent=indent) if indent else raw).decode()
-        except Exception:               # a type or key msgspec refuses: the stdlib decides
-            text = None
+        try:        # the C encoder refuses NaN/Inf: only then is the document walked by json_safe
+            compact = json.dumps(obj, allow_nan=False)
+        except ValueError:
+            compact = json.dumps(json_safe(obj))
+        text = _fast_format(compact, indent=indent) if indent else compact
     if text is None:
-        text = json.dumps(safe, indent=indent)
+        text = json.dumps(json_safe(obj), indent=indent)
     write_text_atomic(path, text + "\n")
 
 
