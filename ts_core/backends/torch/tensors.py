@@ -37,6 +37,18 @@ _TYPED = {**{dt: float for dt in (torch.float32, torch.float64, torch.float16, t
           torch.bool: bool}
 
 
+def _cached(cache: dict, key: Any, t: torch.Tensor, version: int, same_bytes: bool = True) -> Any:
+    """What `cache` holds under `key` for `t`, if still true: the entry's tensor (a weak
+    reference) is alive and unchanged since (the version counter, shared by views), and is `t`
+    itself or, with `same_bytes` (an address key), any tensor over the same bytes."""
+    hit = cache.get(key)
+    if hit is not None and hit[1] == version:
+        owner = hit[0]()
+        if owner is t or (same_bytes and owner is not None and owner._version == version):
+            return hit[2]
+    return None
+
+
 class TorchAdapter:
     framework = "pytorch"
 
@@ -87,11 +99,9 @@ class TorchAdapter:
         contiguous = t.is_contiguous()
         key = (t.data_ptr(), n, t.dtype, t.is_cpu) if contiguous else id(t)
         version = t._version
-        hit = cache.get(key)
-        if hit is not None and hit[1] == version:
-            owner = hit[0]()
-            if owner is t or (owner is not None and contiguous and owner._version == version):
-                return hit[2]
+        value = _cached(cache, key, t, version, same_bytes=contiguous)
+        if value is not None:
+            return value
         value = compute(t, n, contiguous)
         cache[key] = (weakref.ref(t), version, value)
         return value
@@ -125,18 +135,12 @@ class TorchAdapter:
         address = t.data_ptr()
         key = (address, n, dtype, True)
         version = t._version
-        cache = self._recent
-        hit = cache.get(key)
-        row = None
-        if hit is not None and hit[1] == version:
-            owner = hit[0]()
-            if owner is t or (owner is not None and owner._version == version):
-                row = hit[2]
+        row = _cached(self._recent, key, t, version)
         if row is None:
             row = native_stats.row(address, n, _NATIVE_CODES[dtype])
             if row is None:
                 return None                  # NaN/Inf: the framework path
-            cache[key] = (weakref.ref(t), version, row)
+            self._recent[key] = (weakref.ref(t), version, row)
         elif type(row) not in HOST_ROW:
             return None                      # a framework handle from the general path
         name = self._dtype_names.get(dtype)
@@ -145,16 +149,10 @@ class TorchAdapter:
         out = {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape), "Max": typed(row[0]),
                "Min": typed(row[1]), "Mean": row[2], "Norm": row[3], "requires_grad": t.requires_grad}
         if md5:
-            crcs = self._crcs
-            hit = crcs.get(key)
-            crc = None
-            if hit is not None and hit[1] == version:
-                owner = hit[0]()
-                if owner is t or (owner is not None and owner._version == version):
-                    crc = hit[2]
+            crc = _cached(self._crcs, key, t, version)
             if crc is None:
                 crc = native.crc32_hex((ctypes.c_ubyte * (n * t.element_size())).from_address(address))
-                crcs[key] = (weakref.ref(t), version, crc)
+                self._crcs[key] = (weakref.ref(t), version, crc)
             out["md5"] = crc
         return out
 
