@@ -2,7 +2,6 @@
 inside tsprobe's own work, such as statistics computed with framework ops) is not recorded
 again."""
 import threading
-from contextlib import contextmanager
 
 
 class _Depth(threading.local):
@@ -12,10 +11,24 @@ class _Depth(threading.local):
 DEPTH = _Depth()
 
 
-@contextmanager
-def internal():
-    DEPTH.value += 1
-    try:
-        yield
-    finally:
+class _Internal:
+    """The context of ``internal()``: stateless (the depth is per thread), so one instance
+    serves every ``with``; a class rather than ``@contextmanager``, whose generator costs ~5x
+    as much on the recording hot path."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        DEPTH.value += 1
+
+    def __exit__(self, *exc: object) -> bool:
         DEPTH.value -= 1
+        return False
+
+
+_INTERNAL = _Internal()
+
+
+def internal() -> _Internal:
+    """``with internal():`` tsprobe's own work; nothing called inside is recorded."""
+    return _INTERNAL

@@ -76,6 +76,18 @@ def record_json(record: Any, finite: bool = True) -> str:
     return _std_record_encode(record)
 
 
+def json_string(text: str) -> str:
+    """``json.dumps(text)``, without the encoder for the usual key: printable ASCII with no
+    quote or backslash needs no escape (three C-level string tests, cheaper than a regex)."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    return json.dumps(text)
+
+
+def _json_value(v: Any) -> str:
+    return json_string(v) if type(v) is str else json.dumps(v)
+
+
 def json_by_line(head: Dict[str, Any], field: Optional[str] = None, items: Optional[Dict[str, Any]] = None,
                  encoded: bool = False) -> str:
     """JSON text of `head` (plus `field`: `items`) with one entry per line.
@@ -85,12 +97,12 @@ def json_by_line(head: Dict[str, Any], field: Optional[str] = None, items: Optio
     ``encoded``: the values of `items` are JSON text already (the live writer encodes each
     record once, for its journal line and for dump.json).
     """
-    dumps = json.dumps
-    parts = [f"{dumps(k)}: {dumps(v)}" for k, v in head.items()]
+    key, value = json_string, _json_value        # keys are str; most values are str or None
+    parts = [f"{key(k)}: {value(v)}" for k, v in head.items()]
     if field is not None:
-        enc = (lambda v: v) if encoded else dumps
-        body = ",\n".join(f"{dumps(k)}: {enc(v)}" for k, v in (items or {}).items())
-        parts.append(f"{dumps(field)}: {{\n{body}\n}}" if body else f"{dumps(field)}: {{}}")
+        enc = (lambda v: v) if encoded else value
+        body = ",\n".join(f"{key(k)}: {enc(v)}" for k, v in (items or {}).items())
+        parts.append(f"{key(field)}: {{\n{body}\n}}" if body else f"{key(field)}: {{}}")
     return "{" + ",\n".join(parts) + "}\n"
 
 

@@ -10,7 +10,7 @@ import json
 import os
 from typing import Iterator, List, Optional
 
-
+from ..dumpfmt.jsonio import json_string
 
 _FRAMES_JSON: dict = {}
 
@@ -21,14 +21,6 @@ def _frames_json(frames: List[str]) -> str:
     if text is None or text[0] is not frames:
         text = _FRAMES_JSON[id(frames)] = (frames, json.dumps(frames))
     return text[1]
-
-
-def json_string(text: str) -> str:
-    """``json.dumps(text)``, without the encoder for the usual key: printable ASCII with no
-    quote or backslash needs no escape (three C-level string tests, cheaper than a regex)."""
-    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
-        return f'"{text}"'
-    return json.dumps(text)
 
 
 class Journal:
