@@ -15,6 +15,13 @@ def _live_summaries() -> list:
     return [o for o in gc.get_objects() if type(o) is dict and "Max" in o and "type" in o]
 
 
+def _settle() -> None:
+    """Collect what earlier tests left in reference cycles (a closed debugger's object graph
+    may hold its last summaries until the cyclic collector runs): only what this test's
+    collector keeps alive may count."""
+    gc.collect()
+
+
 def _model() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.LayerNorm(16))
@@ -22,6 +29,7 @@ def _model() -> torch.nn.Module:
 
 
 def test_records_of_host_statistics_are_not_held_as_dicts(tmp_path):
+    _settle()
     model, x = _model(), torch.randn(4, 16)
     dbg = PrecisionDebugger(task="statistics", dump_path=str(tmp_path), level="mix")
     dbg.start(model)
@@ -39,6 +47,7 @@ def test_records_of_host_statistics_are_not_held_as_dicts(tmp_path):
 
 
 def test_forward_records_leave_no_summary_dict_behind(tmp_path):
+    _settle()
     model, x = _model(), torch.randn(4, 16)
     dbg = PrecisionDebugger(task="statistics", dump_path=str(tmp_path), level="L1")
     dbg.start(model)
