@@ -15,11 +15,15 @@ def _live_summaries() -> list:
     return [o for o in gc.get_objects() if type(o) is dict and "Max" in o and "type" in o]
 
 
-def _settle() -> None:
-    """Collect what earlier tests left in reference cycles (a closed debugger's object graph
-    may hold its last summaries until the cyclic collector runs): only what this test's
-    collector keeps alive may count."""
+def _started(tmp_path, level: str):
+    """(model, input, debugger) with collection started. First collects what earlier tests left
+    in reference cycles (a closed debugger's object graph may hold its last summaries until the
+    cyclic collector runs): only what this test's collector keeps alive may count."""
     gc.collect()
+    model, x = _model(), torch.randn(4, 16)
+    dbg = PrecisionDebugger(task="statistics", dump_path=str(tmp_path), level=level)
+    dbg.start(model)
+    return model, x, dbg
 
 
 def _model() -> torch.nn.Module:
@@ -29,10 +33,7 @@ def _model() -> torch.nn.Module:
 
 
 def test_records_of_host_statistics_are_not_held_as_dicts(tmp_path):
-    _settle()
-    model, x = _model(), torch.randn(4, 16)
-    dbg = PrecisionDebugger(task="statistics", dump_path=str(tmp_path), level="mix")
-    dbg.start(model)
+    model, x, dbg = _started(tmp_path, "mix")
     try:
         model(x).sum().backward()
         held = _live_summaries()
@@ -47,10 +48,7 @@ def test_records_of_host_statistics_are_not_held_as_dicts(tmp_path):
 
 
 def test_forward_records_leave_no_summary_dict_behind(tmp_path):
-    _settle()
-    model, x = _model(), torch.randn(4, 16)
-    dbg = PrecisionDebugger(task="statistics", dump_path=str(tmp_path), level="L1")
-    dbg.start(model)
+    model, x, dbg = _started(tmp_path, "L1")
     try:
         with torch.no_grad():
             model(x)

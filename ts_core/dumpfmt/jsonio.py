@@ -19,7 +19,7 @@ try:        # optional (extra "fast"): the same JSON ~10x faster than the stdlib
     from msgspec.json import format as _fast_format
     _fast_encode: Optional[Callable[[Any], bytes]] = _MsgspecEncoder().encode
 except ImportError:
-    _fast_encode = None
+    _fast_encode = _fast_format = None
 _std_record_encode = json.JSONEncoder(separators=(", ", ": ")).encode
 
 
@@ -51,15 +51,14 @@ def write_text_atomic(path: "os.PathLike | str", text: str) -> None:
 
 def write_json_atomic(path: "os.PathLike | str", obj: Any, indent: Optional[int] = 1) -> None:
     """Any JSON document (NaN/Inf made strings first), atomically."""
-    text = None
-    if _fast_encode is not None:       # ~20x the stdlib's indenting encoder, which is pure Python
-        try:        # the C encoder refuses NaN/Inf: only then is the document walked by json_safe
+    if _fast_format is None:
+        text = json.dumps(json_safe(obj), indent=indent)
+    else:       # ~20x the stdlib's indenting encoder, which is pure Python
+        try:    # the C encoder refuses NaN/Inf: only then is the document walked by json_safe
             compact = json.dumps(obj, allow_nan=False)
         except ValueError:
             compact = json.dumps(json_safe(obj))
         text = _fast_format(compact, indent=indent) if indent else compact
-    if text is None:
-        text = json.dumps(json_safe(obj), indent=indent)
     write_text_atomic(path, text + "\n")
 
 

@@ -81,23 +81,22 @@ class Stats:
         self._local = threading.local()
         self._unpack = struct.Struct("4d").unpack_from
 
-    def __call__(self, address: int, numel: int, code: int) -> Optional[List[float]]:
+    def __call__(self, address: int, numel: int, code: int) -> Optional[Tuple[float, float, float, float]]:
+        """(max, min, sum, sum of squares), or None on NaN/Inf."""
         out = getattr(self._local, "out", None)
         if out is None:
             out = self._local.out = (ctypes.c_double * 4)()
         if self._fn(address, numel, code, ctypes.addressof(out)) != 0:
             return None
-        return [out[0], out[1], out[2], out[3]]
+        return self._unpack(out)
 
     def row(self, address: int, numel: int, code: int) -> Optional[Tuple[float, float, float, float]]:
         """(max, min, mean, norm), or None on NaN/Inf. A tuple of floats: the GC untracks it, so
         a step's cache of rows is never promoted towards a full collection (Collector._emit)."""
-        out = getattr(self._local, "out", None)
-        if out is None:
-            out = self._local.out = (ctypes.c_double * 4)()
-        if self._fn(address, numel, code, ctypes.addressof(out)) != 0:
+        sums = self(address, numel, code)
+        if sums is None:
             return None
-        mx, mn, total, squares = self._unpack(out)
+        mx, mn, total, squares = sums
         return (mx, mn, total / numel, math.sqrt(squares))
 
 
@@ -134,16 +133,12 @@ def frame_walker() -> Optional[Callable[[], Optional[bytes]]]:
     def frames() -> Optional[bytes]:
         buf = getattr(local, "buf", None)
         if buf is None:
-            buf = local.buf = ctypes.addressof(_frame_buffer(local))
+            local.array = (ctypes.c_int64 * (2 * MAX_FRAMES))()     # kept alive by the thread's local
+            buf = local.buf = ctypes.addressof(local.array)
         n = walk(buf, MAX_FRAMES)
         return string_at(buf, 16 * n) if n >= 0 else None
 
     return frames
-
-
-def _frame_buffer(local: threading.local) -> ctypes.Array:
-    local.array = (ctypes.c_int64 * (2 * MAX_FRAMES))()     # kept alive by the thread's local
-    return local.array
 
 
 def crc32_hex(buffer) -> str:

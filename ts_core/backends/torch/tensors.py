@@ -37,6 +37,14 @@ _TYPED = {**{dt: float for dt in (torch.float32, torch.float64, torch.float16, t
           torch.bool: bool}
 
 
+class _DtypeNames(dict):
+    """``str(dtype)``, made once per dtype (a dict lookup on the hot path)."""
+
+    def __missing__(self, dtype: torch.dtype) -> str:
+        name = self[dtype] = str(dtype)
+        return name
+
+
 def _cached(cache: dict, key: Any, t: torch.Tensor, version: int, same_bytes: bool = True) -> Any:
     """What `cache` holds under `key` for `t`, if still true: the entry's tensor (a weak
     reference) is alive and unchanged since (the version counter, shared by views), and is `t`
@@ -62,17 +70,13 @@ class TorchAdapter:
         self._recent: Dict[Any, Tuple[Any, int, Any]] = {}     # statistics reuse within a step
         self._crcs: Dict[Any, Tuple[Any, int, Any]] = {}       # CRC-32 reuse within a step
         self._native = native.Stats() if native.available() else None
-        self._dtype_names: Dict[torch.dtype, str] = {}
+        self._dtype_names = _DtypeNames()
 
     def is_tensor(self, value: Any) -> bool:
         return isinstance(value, torch.Tensor)
 
     def meta(self, t: torch.Tensor) -> dict:
-        dtype = t.dtype
-        name = self._dtype_names.get(dtype)
-        if name is None:
-            name = self._dtype_names[dtype] = str(dtype)
-        return {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape)}
+        return {"type": "torch.Tensor", "dtype": self._dtype_names[t.dtype], "shape": list(t.shape)}
 
     def requires_grad(self, t: torch.Tensor) -> bool:
         return t.requires_grad
@@ -143,10 +147,7 @@ class TorchAdapter:
             self._recent[key] = (weakref.ref(t), version, row)
         elif type(row) not in HOST_ROW:
             return None                      # a framework handle from the general path
-        name = self._dtype_names.get(dtype)
-        if name is None:
-            name = self._dtype_names[dtype] = str(dtype)
-        out = {"type": "torch.Tensor", "dtype": name, "shape": list(t.shape), "Max": typed(row[0]),
+        out = {"type": "torch.Tensor", "dtype": self._dtype_names[dtype], "shape": list(t.shape), "Max": typed(row[0]),
                "Min": typed(row[1]), "Mean": row[2], "Norm": row[3], "requires_grad": t.requires_grad}
         if md5:
             crc = _cached(self._crcs, key, t, version)
