@@ -208,6 +208,32 @@ def test_tensor_writer_reports_its_first_failure_once_on_the_calling_thread(tmp_
     assert np.load(tmp_path / "ok.npy").tolist() == [3.0, 3.0]
 
 
+def test_tensor_writer_bounds_the_bytes_waiting_for_the_disk(tmp_path):
+    """Past the first snapshot, at most max_bytes wait for the writer: the next submit blocks
+    until the disk has taken enough; one snapshot larger than the bound still goes alone."""
+    from ts_core.writer.tensor_files import TensorFileWriter
+
+    disk_free = threading.Event()
+
+    def slow_disk(t):                   # runs on the writer thread
+        disk_free.wait(10)
+        return t.numpy()
+
+    writer = TensorFileWriter(slow_disk, lambda exc: None, max_bytes=1000)
+    writer.submit(str(tmp_path / "big.npy"), torch.ones(400))          # 1600 bytes: goes alone
+    second = threading.Thread(target=writer.submit, args=(str(tmp_path / "b.npy"), torch.full((100,), 2.0)))
+    second.start()
+    second.join(0.5)
+    assert second.is_alive()            # 1600 + 400 bytes > 1000: waits for the first write
+    disk_free.set()
+    second.join(10)
+    assert not second.is_alive()
+    writer.close()
+    assert np.load(tmp_path / "big.npy").sum() == 400
+    assert np.load(tmp_path / "b.npy").tolist() == [2.0] * 100
+    assert writer._in_flight == 0
+
+
 def test_record_keys_cannot_escape_the_dump_folder(tmp_path):
     import types
 

@@ -1,5 +1,6 @@
 """Background writer of tensor files with a bounded queue (training never waits on disk
-unless the queue is full, which bounds memory).
+unless the queue is full, which bounds memory: at most ``max_queue`` snapshots and, past the
+first, ``max_bytes`` of them; 64 snapshots of a large model's embedding would be 32 GB).
 
 A failed write never kills the writer thread: the error is handed to ``on_error`` on the
 *training* thread, at the next ``submit``/``drain``/``close`` (so ``on_write_error: raise``
@@ -18,6 +19,7 @@ import numpy as np
 from ..dumpfmt.jsonio import write_atomic
 
 _STOP = object()
+MAX_BYTES_IN_FLIGHT = 512 * 2**20
 
 
 class _Link:
@@ -29,10 +31,13 @@ class _Link:
 
 class TensorFileWriter:
     def __init__(self, to_numpy: Callable[[Any], np.ndarray], on_error: Callable[[BaseException], None],
-                 max_queue: int = 64):
+                 max_queue: int = 64, max_bytes: int = MAX_BYTES_IN_FLIGHT):
         self._to_numpy = to_numpy
         self._on_error = on_error
         self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=max_queue)
+        self._max_bytes = max_bytes
+        self._in_flight = 0                           # bytes of snapshots queued or being written
+        self._room = threading.Condition()
         self._thread: Optional[threading.Thread] = None
         self._errors: List[BaseException] = []       # raised on the writer thread, reported here
         self._reported = False
@@ -42,7 +47,13 @@ class TensorFileWriter:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="tsprobe-tensor-writer", daemon=True)
             self._thread.start()
-        self._queue.put((path, snapshot))
+        size = getattr(snapshot, "nbytes", 0)       # torch and numpy both say
+        if size:
+            with self._room:        # wait for the disk: a snapshot larger than the bound still goes alone
+                while self._in_flight and self._in_flight + size > self._max_bytes:
+                    self._room.wait()
+                self._in_flight += size
+        self._queue.put((path, snapshot, size))
 
     def submit_link(self, existing: str, path: str) -> None:
         self.submit(path, _Link(existing))
@@ -53,11 +64,16 @@ class TensorFileWriter:
             try:
                 if item is _STOP:
                     return
-                path, snapshot = item
+                path, snapshot, size = item
                 self._write(path, snapshot)
             except BaseException as exc:  # keep draining: one bad write must not block training
                 self._errors.append(exc)
             finally:
+                if item is not _STOP and item[2]:
+                    with self._room:
+                        self._in_flight -= item[2]
+                        self._room.notify_all()
+                item = snapshot = None          # freed before waiting for the next one
                 self._queue.task_done()
 
     def _write(self, path: str, snapshot: Any) -> None:
