@@ -6,6 +6,7 @@ so a typo in a 40-line config is found in one run.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 import warnings
@@ -80,12 +81,17 @@ class DebuggerConfig:
     def collects_step(self, step: int) -> bool:
         """Is `step` dumped regardless of anomalies? An empty `step` means every step, or none in
         monitor mode (the monitor then decides which steps reach disk)."""
-        return (not self.step and self.monitor is None) or step in self.step
+        return (not self.step and self.monitor is None) or step in self._steps
 
     def collects_rank(self, rank: Optional[int]) -> bool:
         return not self.rank or (rank or 0) in self.rank
 
-    @property
+    @functools.cached_property
+    def _steps(self) -> frozenset:
+        """``step`` as a set, made once (the config is frozen; a "0-100000" range is 100k ints)."""
+        return frozenset(self.step)
+
+    @functools.cached_property
     def last_step(self) -> Optional[int]:
         return max(self.step) if self.step else None
 

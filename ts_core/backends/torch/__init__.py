@@ -15,7 +15,7 @@ import torch
 
 from ..base import Backend
 from .api_hooks import ApiPatcher, node_target
-from .grad_capture import GradCapture, hook_grad, on_grad, release_leaf_hooks
+from .grad_capture import GradCapture, on_grad, release_leaf_hooks
 from .tensors import TorchAdapter
 
 __all__ = ["TorchBackend", "TorchAdapter"]
@@ -60,7 +60,7 @@ class TorchBackend(Backend):
         return GradCapture(emit)
 
     def _hook_grad_impl(self, tensor: torch.Tensor, fn) -> None:
-        hook_grad(tensor, fn)          # a hook on a leaf (a parameter) is released at the next step
+        on_grad(tensor, fn)            # a hook on a leaf (a parameter) is released at the next step
 
     def _new_step_impl(self) -> None:
         release_leaf_hooks()
