@@ -61,19 +61,20 @@ class TensorFileWriter:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
+            if item is _STOP:
+                self._queue.task_done()
+                return
+            path, snapshot, size = item
             try:
-                if item is _STOP:
-                    return
-                path, snapshot, size = item
                 self._write(path, snapshot)
             except BaseException as exc:  # keep draining: one bad write must not block training
                 self._errors.append(exc)
             finally:
-                if item is not _STOP and item[2]:
+                item = snapshot = None      # freed before the training thread is told there is room
+                if size:
                     with self._room:
-                        self._in_flight -= item[2]
+                        self._in_flight -= size
                         self._room.notify_all()
-                item = snapshot = None          # freed before waiting for the next one
                 self._queue.task_done()
 
     def _write(self, path: str, snapshot: Any) -> None:
