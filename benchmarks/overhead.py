@@ -118,12 +118,17 @@ def _worker(tool: str, mode: str, steps: int, size: str, out: str) -> None:
 
 
 
+def _last_step(dump: str) -> str:
+    """The folder of the last recorded step."""
+    steps = (d for d in os.listdir(dump) if d.startswith("step"))
+    return os.path.join(dump, max(steps, key=lambda d: int(d[4:])))
+
+
 def _summarised_bytes(dump: str) -> int:
     """Distinct bytes the tool summarised in one recorded step: every tensor summary of the
     last step's dump.json, tensors with equal shape, dtype and statistics counted once."""
-    steps = sorted((d for d in os.listdir(dump) if d.startswith("step")), key=lambda d: int(d[4:]))
     seen = set()
-    for root, _, files in os.walk(os.path.join(dump, steps[-1])):
+    for root, _, files in os.walk(_last_step(dump)):
         if "dump.json" in files:
             with open(os.path.join(root, "dump.json")) as f:
                 stack = [json.load(f)["data"]]
@@ -170,9 +175,8 @@ def _write_floor(dump: str) -> dict:
     size the tool wrote (one buffered write each), a hard link for each name it linked; and,
     apart, the same bytes as one file. The format keeps one file per tensor, and on some file
     systems creating a file costs more than its bytes (about 0.7 ms here)."""
-    steps = sorted((d for d in os.listdir(dump) if d.startswith("step")), key=lambda d: int(d[4:]))
     sizes, links = {}, 0
-    for root, _, files in os.walk(os.path.join(dump, steps[-1])):
+    for root, _, files in os.walk(_last_step(dump)):
         for f in files:
             if f.endswith(".npy"):
                 st = os.stat(os.path.join(root, f))

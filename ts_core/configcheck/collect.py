@@ -82,6 +82,12 @@ def framework_settings() -> Dict[str, Any]:
     return out
 
 
+def _plain(v: Any) -> Any:
+    """`v` if a JSON scalar of exactly that type, else its text: a str subclass (torch's
+    TorchVersion) would send the document to the slow stdlib encoder (jsonio.write_json_atomic)."""
+    return v if type(v) in (bool, int, float, str, type(None)) else str(v)
+
+
 def _probe(probes: Dict[str, Any]) -> Dict[str, Any]:
     out = {}
     with warnings.catch_warnings():
@@ -91,9 +97,7 @@ def _probe(probes: Dict[str, Any]) -> Dict[str, Any]:
                 v = fn()
             except Exception:
                 continue
-            # exact types: a str subclass (torch's TorchVersion) would send the document to the
-            # slow stdlib encoder (jsonio.write_json_atomic)
-            out[name] = v if type(v) in (bool, int, float, str, type(None)) else str(v)
+            out[name] = _plain(v)
     return out
 
 
@@ -354,7 +358,5 @@ def _flatten(d: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
         if isinstance(v, dict):
             out.update(_flatten(v, name + "."))
         else:
-            # exact types: a str subclass (torch's TorchVersion) would send the document to the
-            # slow stdlib encoder (jsonio.write_json_atomic)
-            out[name] = v if type(v) in (bool, int, float, str, type(None)) else str(v)
+            out[name] = _plain(v)
     return out

@@ -62,7 +62,7 @@ def write_json_atomic(path: "os.PathLike | str", obj: Any, indent: Optional[int]
     write_text_atomic(path, text + "\n")
 
 
-def record_json(record: Any, finite: bool = True) -> str:
+def record_json(record: Any, finite: bool = False) -> str:
     """JSON text of one dump record. ``finite`` (the caller knows the record holds no NaN or
     Inf float): msgspec when installed, whose output parses to the same values; it writes
     NaN/Inf as ``null``, so any other record takes the stdlib encoder (``NaN``/``Infinity``, as

@@ -152,7 +152,7 @@ class TorchAdapter:
         if md5:
             crc = _cached(self._crcs, key, t, version)
             if crc is None:
-                crc = native.crc32_hex((ctypes.c_ubyte * (n * t.element_size())).from_address(address))
+                crc = self._crc32(t, n, True)
                 self._crcs[key] = (weakref.ref(t), version, crc)
             out["md5"] = crc
         return out
