@@ -90,6 +90,11 @@ class Backend(abc.ABC):
         """What the API wrappers call: the recording body, or the tap-only body at L0."""
         return self.run_api if self.wraps_apis else self.run_api_taps_only
 
+    def class_name(self, module: Any) -> str:
+        """The class a module's records are named after: the user's class, also when a
+        parallelism wrapper replaced it by a subclass of its own (FSDP2's ``FSDPBlock``)."""
+        return self._class_name_impl(module)
+
     def needs_model(self, model: Any) -> bool:
         """True when the level records modules but none is hooked and `model` is None."""
         return self.hooks_modules and model is None and not self.hooks.hooked
@@ -177,7 +182,7 @@ class Backend(abc.ABC):
             self._module_dump_names.clear()
         self.module_dumps.hooked.add(module)
         self._module_dump_names[id(module)] = dump_name
-        base = f"{self.module_prefix}.{dump_name}.{type(module).__name__}"
+        base = f"{self.module_prefix}.{dump_name}.{self.class_name(module)}"
         handles = self.module_dumps.handles
         handles.append(module.register_forward_pre_hook(
             functools.partial(self._gated_pre, gate, self.module_dumps, base), with_kwargs=True))
@@ -279,7 +284,7 @@ class Backend(abc.ABC):
         handles = self.hooks.handles
         for path, module in self._submodules_impl(model):
             name = path if index is None else f"{index}.{path}"
-            base = f"{self.module_prefix}.{name}.{type(module).__name__}"
+            base = f"{self.module_prefix}.{name}.{self.class_name(module)}"
             handles.append(module.register_forward_pre_hook(
                 functools.partial(self._gated_pre, self.switch, self.hooks, base), with_kwargs=True))
             handles.append(self._forward_hook_impl(module, functools.partial(self._post, self.hooks, base),
@@ -467,6 +472,10 @@ class Backend(abc.ABC):
         None, so the gradient is unchanged); False when the tensor cannot get one."""
         tensor.register_hook(callback)
         return True
+
+    def _class_name_impl(self, module: Any) -> str:
+        """See ``class_name`` (default: the module's own class)."""
+        return type(module).__name__
 
     def _check_runtime_impl(self) -> None:
         """Before installing: warn about a framework mode in which hooks cannot run."""

@@ -65,7 +65,7 @@ class MonitorTap:
             bases: Dict[str, str] = {}
             for path, module in be._submodules_impl(m):
                 name = path if len(models) == 1 else f"{i}.{path}"
-                base = bases[path] = f"{be.module_prefix}.{name}.{type(module).__name__}"
+                base = bases[path] = f"{be.module_prefix}.{name}.{be.class_name(module)}"
                 self._parent[base] = _parent_base(path, bases)
                 if be._module_is_inplace_impl(module):
                     self._inplace.add(base)

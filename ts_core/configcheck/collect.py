@@ -14,6 +14,8 @@ with task ``structure`` only dtypes and shapes are recorded (no tensor work).
 """
 from __future__ import annotations
 
+import math
+
 import os
 import platform
 import sys
@@ -23,7 +25,7 @@ from dataclasses import asdict
 from typing import Any, Dict, List, Optional
 
 from ..backends._depth import internal
-from ..dumpfmt import STAT_FIELDS, rank_number, write_fingerprint
+from ..dumpfmt import STAT_FIELDS, rank_number, shard_stats, write_fingerprint
 from ..dumpfmt.fingerprint import FINGERPRINT_VERSION
 from .rules import parse_argv, recorded_env
 
@@ -144,6 +146,8 @@ class TensorSummary:
         with internal():
             if self.handles:
                 for (name, _), row in zip(self.handles, ad.stats_to_host([h for _, h in self.handles])):
+                    if len(row) > 4:             # a shard's row: its own statistics
+                        row = shard_stats(row, math.prod(self.out[name]["shape"]))[0]
                     self.out[name].update(dict(zip(STAT_FIELDS, row)))
             for name, t in self.crcs:
                 self.out[name]["crc32"] = ad.crc32(ad.to_host(t) if self.defer else t)

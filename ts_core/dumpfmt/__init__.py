@@ -21,6 +21,7 @@ from .rankdir import (RankFiles, read_construct, read_header_and_data, read_rank
                       write_rank_files)
 from .records import INPUT, OUTPUT, PARAMETER, STAT_FIELDS, Entry, is_tensor_summary, map_summaries, record_entries
 from .refstats import crc32_hex, reference_stats
+from .shards import DTENSOR, dtensor_block, merge_shards, shard_stats
 from .token_map import merge_token_maps, read_token_map, write_token_map
 from .by_request import split_by_request
 from .fingerprint import FINGERPRINT_JSON, read_fingerprint, write_fingerprint
@@ -42,6 +43,7 @@ __all__ = [
     "INPUT", "OUTPUT", "PARAMETER", "STAT_FIELDS", "Entry", "is_tensor_summary", "map_summaries",
     "record_entries",
     "crc32_hex", "reference_stats",
+    "DTENSOR", "dtensor_block", "merge_shards", "shard_stats",
     "merge_token_maps", "read_token_map", "write_token_map", "split_by_request",
     "FINGERPRINT_JSON", "read_fingerprint", "write_fingerprint",
 ]

@@ -6,10 +6,11 @@ tensor. With ``async_dump`` even CRCs and tensor files wait for ``resolve``.
 """
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Any, Callable, List, Optional, Protocol, Tuple
 
-from ..dumpfmt import STAT_FIELDS, value_name, xor_field
+from ..dumpfmt import DTENSOR, STAT_FIELDS, shard_stats, value_name, xor_field
 
 
 class TensorAdapter(Protocol):
@@ -28,7 +29,9 @@ class TensorAdapter(Protocol):
     def requires_grad(self, tensor: Any) -> bool: ...
 
     def stats(self, tensor: Any) -> Any:
-        """A device-side handle for [max, min, mean, norm] or None (empty / no numbers)."""
+        """A device-side handle for [max, min, mean, norm] or None (empty / no numbers); for a
+        sharded value, [max, min, sum, sum of squares, NaNs, Infs] of its local shard
+        (``dumpfmt.shards``)."""
 
     def stats_to_host(self, handles: List[Any]) -> List[List[Optional[float]]]:
         """One batched transfer for many ``stats`` handles."""
@@ -174,7 +177,9 @@ class Summarizer:
                 self.pending_xor.append((out, handle))
         else:
             handle = ad.stats(t)
-            if type(handle) in HOST_ROW:        # already on the host (native kernel): filled now
+            if type(handle) in HOST_ROW and len(handle) > 4:
+                self._fill_shard(out, handle)
+            elif type(handle) in HOST_ROW:        # already on the host (native kernel): filled now
                 if handle[2] - handle[2] != 0 or handle[3] - handle[3] != 0:
                     self.nonfinite += 1         # (a NaN/Inf Max or Min makes the mean one too)
                 dtype = out["dtype"]
@@ -191,6 +196,17 @@ class Summarizer:
         if self.summary_mode == "md5" or save:
             self._content(t, name, out, save)
         return out
+
+    def _fill_shard(self, out: dict, row: Any) -> None:
+        """A shard row (a DTensor's local shard, ``dumpfmt.shards``): msprobe's statistics of the
+        shard, and the mergeable ones in the summary's ``dtensor`` block."""
+        values, local = shard_stats(row, math.prod(out["shape"]))
+        dtype = out["dtype"]
+        for field, v in zip(STAT_FIELDS, values):
+            out[field] = _typed(v, dtype, field)
+            if v - v != 0:
+                self.nonfinite += 1
+        out.setdefault(DTENSOR, {})["local"] = local
 
     def _content(self, t: Any, name: str, out: dict, save: bool) -> None:
         """CRC and tensor file. A tensor seen unchanged earlier in this step (one call's output is
@@ -215,8 +231,10 @@ class Summarizer:
             if seen is not None and seen.file and self.link_tensor is not None:
                 file_name = self.link_tensor(seen.file, name)
             else:
-                file_name = self.save_tensor(name, ad.snapshot(t))
-            out["data_name"] = file_name
+                snapshot = ad.snapshot(t)       # None: no values to write (a traced or freed tensor)
+                file_name = self.save_tensor(name, snapshot) if snapshot is not None else None
+            if file_name is not None:
+                out["data_name"] = file_name
         if key is None:
             return
         if seen is None:
@@ -230,6 +248,10 @@ class Summarizer:
         copy = seen.copy if seen is not None else None
         if copy is None:
             copy = self.adapter.device_copy(t)
+            if copy is None:                    # no values to copy (a traced or freed tensor)
+                if self.summary_mode == "md5":
+                    out["md5"] = None
+                return None
             self.deferred_bytes += self.adapter.nbytes(t)
         self.deferred.append([out, copy, name if save else None, self.summary_mode == "md5"])
         return copy
@@ -250,6 +272,9 @@ class Summarizer:
             pending = self.pending[:n]
             values = self.adapter.stats_to_host([h for _, h, _ in pending])
             for (out, _, dtype), row in zip(pending, values):
+                if len(row) > 4:
+                    self._fill_shard(out, row)
+                    continue
                 for field, v in zip(STAT_FIELDS, row):
                     out[field] = _typed(v, dtype, field)
                     if v is not None and v - v != 0:

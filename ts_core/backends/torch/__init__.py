@@ -9,6 +9,7 @@ output's autograd node (grad_capture).
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 import torch
@@ -32,6 +33,15 @@ class TorchBackend(Backend):
 
     def _is_model_impl(self, model: Any) -> bool:
         return isinstance(model, torch.nn.Module)
+
+    def _class_name_impl(self, module: torch.nn.Module) -> str:
+        # fully_shard swaps a module's class for FSDP{Class}(FSDPModule, Class): name the user's
+        fsdp = sys.modules.get("torch.distributed.fsdp")
+        wrapper = getattr(fsdp, "FSDPModule", None)
+        cls = type(module)
+        if wrapper is not None and issubclass(cls, wrapper):
+            cls = next((c for c in cls.__mro__ if not issubclass(c, wrapper)), cls)
+        return cls.__name__
 
     def _submodules_impl(self, model: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
         return ((path, m) for path, m in model.named_modules() if path)

@@ -9,6 +9,7 @@ never syncs per tensor."""
 from __future__ import annotations
 
 import ctypes
+import sys
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -16,9 +17,14 @@ import numpy as np
 import torch
 
 from ... import native
-from ...dumpfmt import xor64_of_bytes
+from ...dumpfmt import dtensor_block, xor64_of_bytes
 from ...record.summary import HOST_ROW
 from .._depth import internal
+
+# The only tensor types whose bytes tsprobe reads through their address. Subclasses are wrappers
+# with no bytes of their own (DTensor: a local shard inside; FakeTensor, FunctionalTensor: none at
+# all, data_ptr() raises or is 0): a raw read of one crashes the process.
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 _FLOATS = {torch.float16, torch.bfloat16, torch.float32}
 _NATIVE_CODES = {torch.float32: native.F32, torch.float64: native.F64, torch.float16: native.F16,
@@ -57,6 +63,61 @@ def _cached(cache: dict, key: Any, t: torch.Tensor, version: int, same_bytes: bo
     return None
 
 
+def _allocated(t: torch.Tensor) -> bool:
+    """Are `t`'s bytes there? FSDP frees an unsharded parameter's storage with ``resize_(0)``
+    between uses, leaving a tensor of full shape over no memory. (0.1 us: cheap enough for every
+    read.)"""
+    return t.untyped_storage().nbytes() >= (t.storage_offset() + t.numel()) * t.element_size() \
+        if t.is_contiguous() else t.untyped_storage().nbytes() > 0
+
+
+def _dtensor_type() -> Any:
+    """DTensor, when torch.distributed.tensor was imported (no DTensor can exist before that)."""
+    mod = sys.modules.get("torch.distributed.tensor")
+    return getattr(mod, "DTensor", None)
+
+
+def readable(t: torch.Tensor) -> Optional[torch.Tensor]:
+    """The plain tensor holding `t`'s values here, or None when there is none to read: `t`
+    itself for a plain tensor with its storage allocated, the local shard of a DTensor, `t` for
+    another subclass whose ops compute real values (the framework path, never a raw read);
+    None for a fake or functional tensor (tracing), a meta tensor, or freed storage."""
+    if type(t) in _PLAIN_TYPES:
+        return t if not t.is_meta and t.layout is torch.strided and _allocated(t) else None
+    dtensor = _dtensor_type()
+    if dtensor is not None and isinstance(t, dtensor):
+        return readable(t._local_tensor)
+    collectives = sys.modules.get("torch.distributed._functional_collectives")
+    if collectives is not None and isinstance(t, collectives.AsyncCollectiveTensor):
+        return readable(t.trigger_wait())      # a collective's result: its values once it completed
+    if t.is_meta or _is_traced(t):
+        return None
+    return t
+
+
+def _is_traced(t: torch.Tensor) -> bool:
+    """A tensor of a trace (dynamo's FakeTensor, functionalization's wrapper): no values."""
+    fake = sys.modules.get("torch._subclasses.fake_tensor")
+    functional = sys.modules.get("torch._subclasses.functional_tensor")
+    return (fake is not None and isinstance(t, fake.FakeTensor)) or \
+        (functional is not None and isinstance(t, functional.FunctionalTensor)) or \
+        torch._is_functional_tensor(t)
+
+
+def _placement(p: Any) -> str:
+    """A placement as dumpfmt.shards names it."""
+    split = getattr(p, "split_factor", None)       # _StridedShard (FSDP2 over TP): interleaved chunks
+    if split is not None:
+        return f"StridedShard({p.dim}, sf={split})"
+    if p.is_shard():
+        return f"Shard({p.dim})"
+    if p.is_replicate():
+        return "Replicate()"
+    if p.is_partial():
+        return f"Partial({getattr(p, 'reduce_op', 'sum')})"
+    return repr(p)
+
+
 class TorchAdapter:
     framework = "pytorch"
 
@@ -76,7 +137,18 @@ class TorchAdapter:
         return isinstance(value, torch.Tensor)
 
     def meta(self, t: torch.Tensor) -> dict:
-        return {"type": "torch.Tensor", "dtype": self._dtype_names[t.dtype], "shape": list(t.shape)}
+        if type(t) in _PLAIN_TYPES:
+            return {"type": "torch.Tensor", "dtype": self._dtype_names[t.dtype], "shape": list(t.shape)}
+        dtensor = _dtensor_type()
+        if dtensor is None or not isinstance(t, dtensor):
+            return {"type": "torch.Tensor", "dtype": self._dtype_names[t.dtype], "shape": list(t.shape)}
+        # A DTensor: the summary is its local shard's (as msprobe's fields expect), with where the
+        # shard sits in the global value (dumpfmt.shards).
+        mesh = t.device_mesh
+        local = t._local_tensor
+        return {"type": "torch.Tensor", "dtype": self._dtype_names[local.dtype], "shape": list(local.shape),
+                "dtensor": dtensor_block(list(t.shape), [_placement(p) for p in t.placements], list(mesh.shape),
+                                         mesh.mesh_dim_names, mesh.get_coordinate())}
 
     def requires_grad(self, t: torch.Tensor) -> bool:
         return t.requires_grad
@@ -88,10 +160,45 @@ class TorchAdapter:
         """[max, min, mean, norm]: a host row (native kernel) or one small tensor on t's device
         (float32, or float64 for float64/integer input so integer extremes stay exact). No
         host sync for device tensors."""
+        if type(t) not in _PLAIN_TYPES:
+            return self._wrapper_stats(t)
         n = t.numel()
-        if n == 0 or t.is_meta:
+        if n == 0 or t.is_meta or not _allocated(t):
             return None
         return self._reuse(self._recent, t, n, self._compute)
+
+    def _wrapper_stats(self, t: torch.Tensor) -> Any:
+        """Statistics of a tensor subclass, computed on the plain tensor holding its values (never
+        with the subclass's own ops: a DTensor's would run collectives, and mixing their results
+        with plain tensors fails). A DTensor gets the mergeable row of its local shard."""
+        data = readable(t)
+        if data is None or data.numel() == 0:
+            return None
+        dtensor = _dtensor_type()
+        shard = dtensor is not None and isinstance(t, dtensor)
+        if type(data) in _PLAIN_TYPES:
+            return self._shard_row(data) if shard else self._reuse(self._recent, data, data.numel(), self._compute)
+        with torch.no_grad(), internal():                # another subclass: its ops, on the host now
+            try:
+                row = self._shard_row(data) if shard else _stats(data)
+                return tuple(float(v) for v in row.tolist())
+            except Exception:        # a subclass without these ops: no statistics, never a crash
+                return None
+
+    def _shard_row(self, local: torch.Tensor) -> Any:
+        """(max, min, sum, sum of squares, NaN count, Inf count) of a shard: what merges exactly
+        across shards (dumpfmt.shards). The native kernel's sums for a clean host shard (no NaN/Inf
+        by its contract), else one float64 tensor on the shard's device (no sync)."""
+        code = _NATIVE_CODES.get(local.dtype)
+        if self._native is not None and local.is_cpu and code is not None and type(local) in _PLAIN_TYPES:
+            contiguous = local if local.is_contiguous() else local.contiguous()
+            sums = self._native(contiguous.data_ptr(), contiguous.numel(), code)
+            if sums is not None:
+                return (*sums, 0.0, 0.0)
+        with torch.no_grad(), internal():
+            f = (local.abs() if local.is_complex() else local).double()
+            return torch.stack((f.max(), f.min(), f.sum(), (f * f).sum(),
+                                f.isnan().sum().double(), f.isinf().sum().double()))
 
     @staticmethod
     def _reuse(cache: dict, t: torch.Tensor, n: int, compute: Any) -> Any:
@@ -129,12 +236,12 @@ class TorchAdapter:
         ``stats``), requires_grad, and with `md5` the CRC-32 (reused as ``crc32`` does). None
         for anything else (the general path)."""
         native_stats = self._native
-        if native_stats is None or not t.is_cpu or t.is_inference():
+        if native_stats is None or type(t) not in _PLAIN_TYPES or not t.is_cpu or t.is_inference():
             return None
         dtype = t.dtype
         typed = _TYPED.get(dtype)
         n = t.numel()
-        if typed is None or not n or not t.is_contiguous():
+        if typed is None or not n or not t.is_contiguous() or not _allocated(t):
             return None
         address = t.data_ptr()
         key = (address, n, dtype, True)
@@ -181,11 +288,17 @@ class TorchAdapter:
                 out[i] = rows[id(handles[i])]
         return out
 
-    def crc32(self, t: torch.Tensor) -> str:
-        n = t.numel()
-        if n == 0 or t.is_meta:
+    def crc32(self, t: torch.Tensor) -> Optional[str]:
+        """CRC-32 of the bytes of `t` (a DTensor: of its local shard); None when there are none
+        to read (a traced or freed tensor)."""
+        data = readable(t)
+        if data is None:
+            return None
+        n = data.numel()
+        if n == 0:
             return native.crc32_hex(b"")
-        return self._reuse(self._crcs, t, n, self._crc32)
+        return self._reuse(self._crcs, data, n, self._crc32) if type(data) in _PLAIN_TYPES \
+            else self._crc32(data, n, False)
 
     @staticmethod
     def _crc32(t: torch.Tensor, n: int, contiguous: bool) -> str:
@@ -199,7 +312,8 @@ class TorchAdapter:
         """msprobe's xor: a 0-d tensor's own value; else the XOR of its bytes as little-endian
         int64 words, in numpy for host tensors, on the device (no sync) for the others. Only
         views and a copy of a non-contiguous tensor: nothing here is recorded or taped."""
-        if t.is_meta or t.numel() == 0:
+        t = readable(t)
+        if t is None or t.numel() == 0:
             return None
         t = t.detach()
         if t.dim() == 0 and not t.is_complex():
@@ -224,19 +338,25 @@ class TorchAdapter:
                     out[i] = v
             return out
 
-    def device_copy(self, t: torch.Tensor) -> torch.Tensor:
+    def device_copy(self, t: torch.Tensor) -> Optional[torch.Tensor]:
+        data = readable(t)
+        if data is None:
+            return None
         with internal(), torch.no_grad():
-            return t.detach().clone()
+            return data.detach().clone()
 
     def to_host(self, copy: torch.Tensor) -> torch.Tensor:
         with internal():
             return copy if copy.device.type == "cpu" else copy.to("cpu")
 
     def nbytes(self, t: torch.Tensor) -> int:
-        return t.numel() * t.element_size()
+        data = readable(t)
+        return 0 if data is None else data.numel() * data.element_size()
 
-    def snapshot(self, t: torch.Tensor) -> torch.Tensor:
-        return t.detach().to("cpu", copy=True)
+    def snapshot(self, t: torch.Tensor) -> Optional[torch.Tensor]:
+        """A host copy of `t`'s values (a DTensor: its local shard); None when there are none."""
+        data = readable(t)
+        return None if data is None else data.detach().to("cpu", copy=True)
 
     def to_numpy(self, t: torch.Tensor) -> np.ndarray:
         with internal():     # runs on the tensor-writer thread

@@ -1,0 +1,217 @@
+"""One rank of a real parallel training job, run twice in one process: without tsprobe, then with
+it at each asked level/task. Launched by ``torch.distributed.run`` (gloo, CPU); rank 0 writes a
+JSON report: did every tool-on run give bit-identical losses, gradients and updated parameters
+(full tensors, gathered from their shards), and where is its dump.
+
+    python -m torch.distributed.run --nproc_per_node 2 stack_worker.py --stack fsdp2 \
+        --runs L0:statistics,mix:md5 --dump-root DIR --report OUT.json
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import traceback
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+HIDDEN, FFN, VOCAB, SEQ, BATCH, STEPS = 16, 32, 24, 8, 4, 2
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(HIDDEN)
+        self.up = nn.Linear(HIDDEN, FFN)
+        self.act = nn.GELU()
+        self.down = nn.Linear(FFN, HIDDEN)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(self.act(self.up(self.norm(x))))
+
+
+class TinyLM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, HIDDEN)
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.norm = nn.LayerNorm(HIDDEN)
+        self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def batch(step: int, rank: int, same_data: bool) -> tuple:
+    g = torch.Generator().manual_seed(1000 + step * 97 + (0 if same_data else rank))
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+    return tokens, torch.roll(tokens, -1, dims=1)
+
+
+def build(stack: str, world: int):
+    """The model as the stack wraps it, and whether every rank sees the same batch (TP: yes)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.manual_seed(0)
+    model = TinyLM()
+    if stack == "ddp":
+        return nn.parallel.DistributedDataParallel(model), False
+    if stack.startswith("fsdp2"):
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh("cpu", (world,))
+        kw = {"reshard_after_forward": stack != "fsdp2-noreshard"}
+        if stack == "fsdp2-bf16":
+            kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh, **kw)
+        fully_shard(model, mesh=mesh, **kw)
+        return model, False
+    if stack in ("tp", "tp-sp"):
+        tp_plan(model, init_device_mesh("cpu", (world,)), sequence=stack == "tp-sp")
+        return model, True
+    if stack == "2d":
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
+        tp_plan(model, mesh["tp"], sequence=False)
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"])
+        return model, False
+    raise SystemExit(f"unknown stack {stack}")
+
+
+def tp_plan(model: TinyLM, mesh, sequence: bool) -> None:
+    """Megatron-style: up column-wise, down row-wise; with `sequence`, norms sequence-parallel
+    and the head's output kept sharded over the vocabulary for loss parallel."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+
+    for block in model.blocks:
+        plan = {"up": ColwiseParallel(), "down": RowwiseParallel()}
+        if sequence:
+            plan = {"norm": SequenceParallel(),
+                    "up": ColwiseParallel(input_layouts=Shard(1)),
+                    "down": RowwiseParallel(output_layouts=Shard(1))}
+        parallelize_module(block, mesh, plan)
+    if sequence:
+        parallelize_module(model, mesh, {
+            "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+            "norm": SequenceParallel(),
+            "head": ColwiseParallel(input_layouts=Shard(1), use_local_output=False),
+        })
+
+
+def full(t):
+    if t is None:
+        return None
+    t = t.full_tensor() if hasattr(t, "full_tensor") else t
+    return t.detach().clone()
+
+
+def train(stack: str, world: int, rank: int, debugger=None) -> dict:
+    model, same_data = build(stack, world)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses, grads = [], {}
+    for step in range(STEPS):
+        tokens, labels = batch(step, rank, same_data)
+        if debugger is not None:
+            debugger.start(model)
+        logits = model(tokens)
+        if stack == "tp-sp":
+            from torch.distributed.tensor.parallel import loss_parallel
+
+            with loss_parallel():
+                loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+                loss.backward()
+        else:
+            loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+            loss.backward()
+        if debugger is not None:
+            debugger.record_param_grads()     # .grad as the optimizer sees it: reduced across ranks
+            debugger.stop()
+        grads = {n: full(p.grad) for n, p in model.named_parameters()}
+        opt.step()
+        opt.zero_grad()
+        if debugger is not None:
+            debugger.step()
+        losses.append(full(loss))
+    params = {n: full(p) for n, p in model.named_parameters()}
+    return {"loss": losses, "grads": grads, "params": params}
+
+
+def differences(a: dict, b: dict) -> list:
+    out = []
+    for i, (x, y) in enumerate(zip(a["loss"], b["loss"])):
+        if not torch.equal(x, y):
+            out.append(f"loss step {i}: {x.item()!r} vs {y.item()!r}")
+    for part in ("grads", "params"):
+        for n, x in a[part].items():
+            y = b[part].get(n)
+            if (x is None) != (y is None) or (x is not None and not torch.equal(x, y)):
+                out.append(f"{part} {n}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--stack", required=True)
+    ap.add_argument("--runs", required=True, help="comma-separated LEVEL:SUMMARY (summary: statistics, md5, tensor)")
+    ap.add_argument("--dump-root", required=True)
+    ap.add_argument("--report", required=True)
+    args = ap.parse_args()
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(1)
+    from ts_core import PrecisionDebugger
+
+    report = {"stack": args.stack, "world": world, "runs": {}}
+    baseline = train(args.stack, world, rank)
+    for run in filter(None, args.runs.split(",")):
+        level, summary = run.split(":")
+        task = "tensor" if summary == "tensor" else "statistics"
+        extra = {"summary_mode": "md5"} if summary == "md5" else {}
+        dump = os.path.join(args.dump_root, f"{level}-{summary}")
+        entry = {"dump": dump}
+        try:
+            debugger = PrecisionDebugger(dump_path=dump, task=task, level=level, step=list(range(STEPS)), **extra)
+            with contextlib.closing(debugger):
+                result = train(args.stack, world, rank, debugger)
+            entry["differences"] = differences(baseline, result)
+            if rank == 0:       # the last step's full gradients: the reference for merged shard statistics
+                np.savez(dump + ".grads.npz", **{n: g.float().numpy() for n, g in result["grads"].items()
+                                                  if g is not None})
+        except Exception:
+            entry["error"] = traceback.format_exc()
+        report["runs"][run] = entry
+        dist.barrier()
+    gathered = [None] * world
+    dist.all_gather_object(gathered, report)
+    if rank == 0:
+        with open(args.report, "w") as f:
+            json.dump(gathered, f, indent=1)
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Everything is written: skip interpreter teardown, where gloo's threads have been seen to
+    # abort a loaded machine's process ("terminate called without an active exception").
+    os._exit(0)
+
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""How a sharded value (torch's DTensor) is recorded, and how its shards merge back.
+
+A DTensor's summary is its local shard's, in msprobe's fields (``shape`` is the local shape,
+``Max``/``Min``/``Mean``/``Norm`` the local shard's), plus an additive ``dtensor`` block::
+
+    "dtensor": {"global_shape": [8, 16], "placements": ["Shard(0)"], "mesh_shape": [2],
+                "mesh_dim_names": null, "coordinate": [1],
+                "local": {"count": 64, "sum": ..., "sum_sq": ..., "max": ..., "min": ...,
+                          "nan": 0, "inf": 0}}
+
+Placements: ``Shard(d)``, ``StridedShard(d, sf=k)`` (FSDP2 over TP: a shard made of k interleaved
+chunks of dimension d), ``Replicate()``, ``Partial(op)``.
+``local`` holds statistics that merge exactly: counts and sums add, extremes combine. So the
+global value's Max/Min/Mean/Norm follow from the shards of one record across ranks
+(``merge_shards``), uneven shards included, without the tensors.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+DTENSOR = "dtensor"
+LOCAL_FIELDS = ("max", "min", "sum", "sum_sq", "nan", "inf")     # the order of a shard row
+
+
+def is_shard(placement: str) -> bool:
+    """Does this mesh dimension split the value (each coordinate holds a distinct part)?"""
+    return placement.startswith(("Shard", "StridedShard"))
+
+
+def dtensor_block(global_shape: List[int], placements: List[str], mesh_shape: List[int],
+                  mesh_dim_names: Optional[Sequence[str]], coordinate: Optional[Sequence[int]]) -> dict:
+    """The ``dtensor`` block of a summary, before its local statistics are known."""
+    return {"global_shape": global_shape, "placements": placements, "mesh_shape": mesh_shape,
+            "mesh_dim_names": list(mesh_dim_names) if mesh_dim_names else None,
+            "coordinate": list(coordinate) if coordinate is not None else None}
+
+
+def shard_stats(row: Sequence[float], count: int) -> Tuple[Tuple[Any, Any, Any, Any], dict]:
+    """((Max, Min, Mean, Norm), local block) from a shard row (``LOCAL_FIELDS`` order)."""
+    mx, mn, total, squares, nan, inf = (float(v) for v in row)
+    local = {"count": count, "sum": total, "sum_sq": squares, "max": mx, "min": mn,
+             "nan": int(nan), "inf": int(inf)}
+    return (mx, mn, total / count, math.sqrt(squares) if squares == squares else squares), local
+
+
+def _unique_shards(summaries: Iterable[dict]) -> List[dict]:
+    """One summary per distinct shard: along a mesh dimension that replicates the value only
+    coordinate 0 counts (the others hold copies)."""
+    out, seen = [], set()
+    for s in summaries:
+        block = s[DTENSOR]
+        coord = block.get("coordinate") or []
+        placements = block["placements"]
+        key = tuple(c for c, p in zip(coord, placements) if not p.startswith("Replicate"))
+        if any(c for c, p in zip(coord, placements) if p.startswith("Replicate")) or key in seen:
+            continue
+        seen.add(key)
+        out.append(s)
+    return out
+
+
+def merge_shards(summaries: Iterable[dict]) -> Optional[Dict[str, Any]]:
+    """The global value's ``{"Max", "Min", "Mean", "Norm", "count"}`` from the summaries of one
+    DTensor record on every rank of its mesh; None when they do not determine it (a ``Partial``
+    placement: the global value is a sum of the shards, whose extremes are not known)."""
+    shards = _unique_shards(summaries)
+    if not shards or any(p.startswith("Partial") for s in shards for p in s[DTENSOR]["placements"]):
+        return None
+    block = shards[0][DTENSOR]
+    expected = math.prod(n for n, p in zip(block["mesh_shape"], block["placements"]) if is_shard(p))
+    locals_ = [s[DTENSOR].get("local") for s in shards]
+    if len(shards) != expected or any(loc is None for loc in locals_):
+        return None                          # a rank's shard is missing
+    count = sum(loc["count"] for loc in locals_)
+    if any(loc["nan"] for loc in locals_):
+        nan = float("nan")
+        return {"Max": nan, "Min": nan, "Mean": nan, "Norm": nan, "count": count}
+    total = math.fsum(loc["sum"] for loc in locals_)
+    squares = math.fsum(loc["sum_sq"] for loc in locals_)
+    return {"Max": max(loc["max"] for loc in locals_), "Min": min(loc["min"] for loc in locals_),
+            "Mean": total / count if count else None, "Norm": math.sqrt(squares), "count": count}
