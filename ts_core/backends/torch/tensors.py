@@ -64,11 +64,14 @@ def _cached(cache: dict, key: Any, t: torch.Tensor, version: int, same_bytes: bo
 
 
 def _allocated(t: torch.Tensor) -> bool:
-    """Are `t`'s bytes there? FSDP frees an unsharded parameter's storage with ``resize_(0)``
-    between uses, leaving a tensor of full shape over no memory. (0.1 us: cheap enough for every
-    read.)"""
-    return t.untyped_storage().nbytes() >= (t.storage_offset() + t.numel()) * t.element_size() \
-        if t.is_contiguous() else t.untyped_storage().nbytes() > 0
+    """Are the bytes of a plain tensor `t` there to read? FSDP frees an unsharded parameter's
+    storage with ``resize_(0)`` between uses, leaving a tensor of full shape over no memory; a
+    functionalization wrapper (tracing) is a plain-typed tensor whose address is 0. (0.2 us:
+    cheap enough for every read.)"""
+    if not t.data_ptr():
+        return False
+    nbytes = t.untyped_storage().nbytes()
+    return nbytes >= (t.storage_offset() + t.numel()) * t.element_size() if t.is_contiguous() else nbytes > 0
 
 
 def _dtensor_type() -> Any:
