@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import traceback
+from typing import Optional
 
 import numpy as np
 import torch
@@ -22,27 +23,28 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 HIDDEN, FFN, VOCAB, SEQ, BATCH, STEPS = 16, 32, 24, 8, 4, 2
+DEVICE = "cpu"
 
 
 class Block(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, hidden: int = HIDDEN, ffn: int = FFN) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(HIDDEN)
-        self.up = nn.Linear(HIDDEN, FFN)
+        self.norm = nn.LayerNorm(hidden)
+        self.up = nn.Linear(hidden, ffn)
         self.act = nn.GELU()
-        self.down = nn.Linear(FFN, HIDDEN)
+        self.down = nn.Linear(ffn, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.down(self.act(self.up(self.norm(x))))
 
 
 class TinyLM(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, hidden: int = HIDDEN, ffn: int = FFN, vocab: int = VOCAB, layers: int = 2) -> None:
         super().__init__()
-        self.embed = nn.Embedding(VOCAB, HIDDEN)
-        self.blocks = nn.ModuleList([Block(), Block()])
-        self.norm = nn.LayerNorm(HIDDEN)
-        self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
+        self.embed = nn.Embedding(vocab, hidden)
+        self.blocks = nn.ModuleList([Block(hidden, ffn) for _ in range(layers)])
+        self.norm = nn.LayerNorm(hidden)
+        self.head = nn.Linear(hidden, vocab, bias=False)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
@@ -57,14 +59,20 @@ def batch(step: int, rank: int, same_data: bool) -> tuple:
     return tokens, torch.roll(tokens, -1, dims=1)
 
 
-def build(stack: str, world: int):
-    """The model as the stack wraps it, and whether every rank sees the same batch (TP: yes)."""
+def build(stack: str, world: int, model: Optional[TinyLM] = None):
+    """The model (default: a tiny one) as the stack wraps it, and whether every rank sees the
+    same batch (TP: yes)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     torch.manual_seed(0)
-    model = TinyLM()
+    model = model if model is not None else TinyLM()
     if stack == "ddp":
         return nn.parallel.DistributedDataParallel(model), False
+    if stack == "fsdp1":         # FullyShardedDataParallel refuses CPU: a GPU machine only
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel(model.cuda(), device_id=torch.cuda.current_device(),
+                                        use_orig_params=True), False
     if stack.startswith("fsdp2"):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -125,7 +133,7 @@ def train(stack: str, world: int, rank: int, debugger=None) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     losses, grads = [], {}
     for step in range(STEPS):
-        tokens, labels = batch(step, rank, same_data)
+        tokens, labels = (t.to(DEVICE) for t in batch(step, rank, same_data))
         if debugger is not None:
             debugger.start(model)
         logits = model(tokens)
@@ -172,7 +180,11 @@ def main() -> None:
     ap.add_argument("--report", required=True)
     args = ap.parse_args()
 
-    dist.init_process_group("gloo")
+    global DEVICE
+    if args.stack == "fsdp1":
+        DEVICE = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+        torch.cuda.set_device(DEVICE)
+    dist.init_process_group("nccl" if args.stack == "fsdp1" else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)
     from ts_core import PrecisionDebugger
@@ -191,7 +203,7 @@ def main() -> None:
                 result = train(args.stack, world, rank, debugger)
             entry["differences"] = differences(baseline, result)
             if rank == 0:       # the last step's full gradients: the reference for merged shard statistics
-                np.savez(dump + ".grads.npz", **{n: g.float().numpy() for n, g in result["grads"].items()
+                np.savez(dump + ".grads.npz", **{n: g.float().cpu().numpy() for n, g in result["grads"].items()
                                                   if g is not None})
         except Exception:
             entry["error"] = traceback.format_exc()
