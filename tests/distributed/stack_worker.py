@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 HIDDEN, FFN, VOCAB, SEQ, BATCH, STEPS = 16, 32, 24, 8, 4, 2
 DEVICE = "cpu"
@@ -45,11 +46,15 @@ class TinyLM(nn.Module):
         self.blocks = nn.ModuleList([Block(hidden, ffn) for _ in range(layers)])
         self.norm = nn.LayerNorm(hidden)
         self.head = nn.Linear(hidden, vocab, bias=False)
+        self.checkpoint: Optional[bool] = None     # activation checkpointing: use_reentrant, or off
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
         for block in self.blocks:
-            x = block(x)
+            if self.checkpoint is None:
+                x = block(x)
+            else:
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=self.checkpoint)
         return self.head(self.norm(x))
 
 
@@ -68,6 +73,9 @@ def build(stack: str, world: int, model: Optional[TinyLM] = None):
     model = model if model is not None else TinyLM()
     if stack == "ddp":
         return nn.parallel.DistributedDataParallel(model), False
+    if stack == "ddp-ckpt-autocast":      # reentrant checkpointing needs DDP's static graph
+        model.checkpoint = True
+        return nn.parallel.DistributedDataParallel(model, static_graph=True), False
     if stack == "fsdp1":         # FullyShardedDataParallel refuses CPU: a GPU machine only
         from torch.distributed.fsdp import FullyShardedDataParallel
 
@@ -78,6 +86,8 @@ def build(stack: str, world: int, model: Optional[TinyLM] = None):
 
         mesh = init_device_mesh("cpu", (world,))
         kw = {"reshard_after_forward": stack != "fsdp2-noreshard"}
+        if stack == "fsdp2-ckpt":
+            model.checkpoint = False
         if stack == "fsdp2-bf16":
             kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         for block in model.blocks:
@@ -136,7 +146,8 @@ def train(stack: str, world: int, rank: int, debugger=None) -> dict:
         tokens, labels = (t.to(DEVICE) for t in batch(step, rank, same_data))
         if debugger is not None:
             debugger.start(model)
-        logits = model(tokens)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=stack.endswith("autocast")):
+            logits = model(tokens)
         if stack == "tp-sp":
             from torch.distributed.tensor.parallel import loss_parallel
 

@@ -14,6 +14,7 @@ import functools
 from typing import Any, Callable, ClassVar, Dict, Iterator, Optional, Tuple, Type
 
 from ._depth import DEPTH, internal
+from .callers import CallerFilter
 from .hook_set import HookSet
 from .patching import ApiPatcher
 from .structure import leaves
@@ -51,6 +52,11 @@ class Backend(abc.ABC):
     # inside it (MindSpore: a tap at the module's own inputs would pre-sum their uses). Then
     # the module levels wrap APIs too; at L0 those wrappers record nothing, they only tap.
     module_grads_from_uses: ClassVar[bool] = False
+    # Framework code whose own API calls are machinery, not the user's program (callers.py): run,
+    # not recorded. Frames under ``transparent_dirs`` (wrappers between the user and an API) are
+    # looked through to find the caller.
+    internal_dirs: ClassVar[Tuple[str, ...]] = ()
+    transparent_dirs: ClassVar[Tuple[str, ...]] = ()
 
     def __init__(self, cfg: Any, collector: Any, switch: Any):
         self.cfg = cfg
@@ -64,6 +70,7 @@ class Backend(abc.ABC):
         self._aliasing = self.apis.aliasing
         self._collective_prefixes = self.apis.collective_prefixes
         self._apis_installed = False
+        self._callers = CallerFilter(self.internal_dirs, self.transparent_dirs) if self.internal_dirs else None
 
     @property
     def framework(self) -> str:
@@ -231,6 +238,8 @@ class Backend(abc.ABC):
         `inplace` None: decided from the name and arguments."""
         DEPTH.value += 1
         try:
+            if self._callers is not None and self._callers.internal_call():
+                return orig(*args, **kwargs)
             col = self.collector
             call = col.begin(base, is_module=False)
             if not call.selected:

@@ -27,6 +27,9 @@ class TorchBackend(Backend):
 
     adapter_class = TorchAdapter
     skip_dirs = (os.path.dirname(torch.__file__),)
+    # FSDP2's and DTensor's own tensor calls (callers.py); torch.compile's frame wrappers in between
+    internal_dirs = (os.path.join(os.path.dirname(torch.__file__), "distributed"),)
+    transparent_dirs = (os.path.join(os.path.dirname(torch.__file__), "_dynamo"),)
     api_patcher_class = ApiPatcher
     model_type_name = "torch.nn.Module"
     module_prefix = "Module"

@@ -69,7 +69,7 @@ def _allocated(t: torch.Tensor) -> bool:
     functionalization wrapper (tracing) is a plain-typed tensor whose address is 0. (0.2 us:
     cheap enough for every read.)"""
     if not t.data_ptr():
-        return False
+        return t.numel() == 0         # an empty tensor has nothing to read: its address may be 0
     nbytes = t.untyped_storage().nbytes()
     return nbytes >= (t.storage_offset() + t.numel()) * t.element_size() if t.is_contiguous() else nbytes > 0
 

@@ -1,0 +1,53 @@
+"""Who made an API call: the user's program, or the framework's own machinery.
+
+torch.distributed's Python code calls tensor APIs inside its hooks: FSDP2 unpacks all-gathered
+parameters with ``narrow``/``split``/``view`` of buffers that are not yet filled (recording them
+reads uninitialised memory, a false NaN), reduce-scatters gradients with ``div_``/``cat``, and
+DTensor redistributes with ``view_as``. Those calls are not the user's program: they are run,
+not recorded. What they produced shows in the records of the user's calls around them.
+
+The caller is the first frame outside the tool itself (and outside torch.compile's frame-
+evaluation wrappers); each code object is classified once, so a call costs one frame step and
+a dict lookup.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from types import CodeType, FrameType
+from typing import Dict, Optional, Sequence
+
+_TOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+USER, INTERNAL, TRANSPARENT = 0, 1, 2
+
+
+class CallerFilter:
+    """Tells calls made directly from `internal_dirs` (framework machinery) from the user's;
+    frames of the tool and of `transparent_dirs` (wrappers between the two) are looked through."""
+
+    def __init__(self, internal_dirs: Sequence[str], transparent_dirs: Sequence[str] = ()):
+        self._internal = tuple(d.rstrip(os.sep) + os.sep for d in internal_dirs)
+        self._transparent = (_TOOL_DIR,) + tuple(d.rstrip(os.sep) + os.sep for d in transparent_dirs)
+        self._kinds: Dict[CodeType, int] = {}
+
+    def _kind(self, code: CodeType) -> int:
+        name = code.co_filename
+        kind = TRANSPARENT if name.startswith(self._transparent) else \
+            INTERNAL if name.startswith(self._internal) else USER
+        self._kinds[code] = kind
+        return kind
+
+    def internal_call(self) -> bool:
+        """Was the API whose wrapper is running (the tool's frames up the stack from here) called
+        by framework machinery?"""
+        frame: Optional[FrameType] = sys._getframe(1)
+        kinds = self._kinds
+        while frame is not None:
+            code = frame.f_code
+            kind = kinds.get(code)
+            if kind is None:
+                kind = self._kind(code)
+            if kind != TRANSPARENT:
+                return kind == INTERNAL
+            frame = frame.f_back
+        return False
