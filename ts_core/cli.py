@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Callable, List, Optional
 
@@ -218,9 +219,35 @@ def _run_config_check(args: argparse.Namespace) -> int:
 _COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_acc_check, _add_merge, _add_config_check]
 
 
+def version_text() -> str:
+    """``tsprobe --version``: the version, the interpreter, and whether the C kernels are in use
+    (a wheel built without a compiler, or ``TSPROBE_NATIVE=0``, runs the pure paths: slower,
+    same values)."""
+    import platform
+
+    from ts_core import native
+    from ts_core._version import __version__
+
+    return (f"tsprobe {__version__} (Python {platform.python_version()}, {platform.machine()})\n"
+            f"{native.describe()}")
+
+
+class _VersionAction(argparse.Action):
+    """--version, worked out only when asked (it loads the extension)."""
+
+    def __init__(self, option_strings: List[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest=dest, nargs=0, help="show the version and whether the native "
+                                                                  "kernels are in use, then exit")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tsprobe", description="Precision debugging: dump, compare, find the "
                                                                  "first divergent op.")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in _COMMANDS:
@@ -235,9 +262,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        return _closed_pipe()
     except (DumpFormatError, OSError) as e:
         print(f"tsprobe {args.command}: error: {e}", file=sys.stderr)
         return 2
+
+
+def _closed_pipe() -> int:
+    """The reader went away (``tsprobe summary DUMP | head``): stop quietly, as a program killed by
+    SIGPIPE would. stdout is pointed at /dev/null so the interpreter's final flush does not
+    print a second traceback (the recipe of Python's signal documentation)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 128 + 13          # the shell's status for a process ended by SIGPIPE
 
 
 if __name__ == "__main__":
