@@ -216,7 +216,43 @@ def _run_config_check(args: argparse.Namespace) -> int:
     return 1 if (args.fail_on_error and result.verdict == "error") else 0
 
 
-_COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_acc_check, _add_merge, _add_config_check]
+def _add_config(sub) -> None:
+    p = sub.add_parser("config", help="the ready configs shipped with tsprobe: list them, or print one to start from",
+                       description="`tsprobe config init statistics_mix > config.json` writes a ready config to "
+                                   "edit; any ready config also goes by name: "
+                                   "PrecisionDebugger(config_path=\"statistics_mix\").")
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    init = actions.add_parser("init", help="print a ready config (JSON, or YAML with --yaml)")
+    init.add_argument("name", help="a ready config's name (tsprobe config list)")
+    init.add_argument("--yaml", action="store_true", help="its YAML twin")
+    actions.add_parser("list", help="the ready configs, one per line")
+    p.set_defaults(func=_run_config)
+
+
+def _run_config(args: argparse.Namespace) -> int:
+    from ts_core.config import READY_DIR, ready_configs
+
+    names = ready_configs()
+    if args.action == "list":
+        print("\n".join(names))
+        return 0
+    name = os.path.splitext(args.name)[0]
+    if name not in names:
+        import difflib
+
+        near = difflib.get_close_matches(name, names, n=1)
+        hint = f"did you mean '{near[0]}'? " if near else ""
+        print(f"tsprobe config: error: no ready config {args.name!r}; {hint}ready: {', '.join(names)}",
+              file=sys.stderr)
+        return 2
+    with open(os.path.join(READY_DIR, name + (".yaml" if args.yaml else ".json")), encoding="utf-8") as f:
+        sys.stdout.write(f.read())
+    return 0
+
+
+_COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_acc_check, _add_merge, _add_config_check,
+                             _add_config]
 
 
 def version_text() -> str:

@@ -125,7 +125,8 @@ from ts_core import PrecisionDebugger
 from ts_core.cli import main
 print(ts_core.__file__)
 print(n.available())
-dbg = PrecisionDebugger(dump_path=sys.argv[1], task="statistics", level="L1")
+dbg = PrecisionDebugger(config_path="statistics_mix", dump_path=sys.argv[1])
+assert dbg.config.level == "mix"
 main(["--version"])
 """
 
