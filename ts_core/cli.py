@@ -19,9 +19,13 @@ def _add_compare(sub) -> None:
                                    "With several ranks, one merged summary names each rank's first divergence, the "
                                    "rank that diverged first and the collectives that carried it (ranks.json). "
                                    "report.html opens its model tree on the first divergence.")
-    p.add_argument("golden", help="the reference dump")
-    p.add_argument("target", help="the dump under test")
-    p.add_argument("-o", "--output", metavar="OUT", help="write compare.csv, summary.json, report.html here")
+    p.add_argument("golden", nargs="?", help="the reference dump")
+    p.add_argument("target", nargs="?", help="the dump under test")
+    # msprobe's spelling (`msprobe compare -tp TARGET -gp GOLDEN -o OUT`), so its commands run unchanged
+    p.add_argument("-gp", "--golden_path", metavar="GOLDEN", help="the reference dump (msprobe's flag)")
+    p.add_argument("-tp", "--target_path", metavar="TARGET", help="the dump under test (msprobe's flag)")
+    p.add_argument("-o", "--output", "--output_path", metavar="OUT",
+                   help="write compare.csv, summary.json, report.html here")
     p.add_argument("--rtol", type=float, help="relative tolerance (default: by dtype, float32 1e-4)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default: by dtype, float32 1e-5)")
     p.add_argument("--stats-only", action="store_true", help="compare recorded statistics, ignore tensor files")
@@ -35,6 +39,17 @@ def _add_compare(sub) -> None:
 
 def _run_compare(args: argparse.Namespace) -> int:
     from ts_core.compare import compare
+
+    for side, flag in (("golden", "-gp"), ("target", "-tp")):
+        given, by_flag = getattr(args, side), getattr(args, f"{side}_path")
+        if given is not None and by_flag is not None:
+            print(f"tsprobe compare: error: {side.upper()} given twice (as an argument and as {flag})", file=sys.stderr)
+            return 2
+        if given is None and by_flag is None:
+            print("tsprobe compare: error: give GOLDEN and TARGET (or msprobe's -gp GOLDEN -tp TARGET)",
+                  file=sys.stderr)
+            return 2
+        setattr(args, side, given if given is not None else by_flag)
 
     result = compare(args.golden, args.target, args.output, rtol=args.rtol, atol=args.atol,
                      stats_only=args.stats_only, equal_nan=not args.nan_differs, workers=args.workers,

@@ -162,6 +162,9 @@ def _hint(name: str, value: Any, allowed: tuple) -> str:
         return ""
     if name == "task" and value in MSPROBE_ONLY_TASKS:
         return f"{MSPROBE_ONLY_TASKS[value]}. "
+    if name == "level" and value == "L2":
+        return ("msprobe's L2 dumps kernels inside compiled graphs (Ascend's adump); tsprobe records what Python "
+                "calls: L1 for API calls, mix for modules and API calls. ")
     same_case = [a for a in allowed if a.lower() == value.lower()]
     near = same_case or difflib.get_close_matches(value, allowed, n=1, cutoff=0.6) or \
         [a for a in allowed if a.lower() == value.lower().rstrip("s")]

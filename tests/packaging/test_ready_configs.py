@@ -71,6 +71,7 @@ def test_config_init_prints_a_ready_config_to_start_from(tmp_path):
     ("task", "run_ut", "tsprobe acc-check"),
     ("task", "free_benchmark", "tsprobe acc-check"),
     ("task", "grad_probe", "monitor mode"),
+    ("level", "L2", "L1 for API calls"),
 ])
 def test_a_wrong_value_gets_a_pointer(field, value, want):
     section = {"summary_mode": value} if field == "summary_mode" else {}
