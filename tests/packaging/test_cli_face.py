@@ -38,3 +38,15 @@ def test_msprobe_flags_give_what_the_positional_form_gives(tmp_path):
     assert twice.returncode == 2 and "given twice" in twice.stderr
     missing = _compare("-tp", target)
     assert missing.returncode == 2 and "-gp GOLDEN -tp TARGET" in missing.stderr
+
+
+def test_a_note_of_every_step_is_printed_once_and_only_warnings_say_warning():
+    from types import SimpleNamespace
+
+    from ts_core.compare.text import _pair_messages
+
+    note = "cross-framework compare (pytorch vs mindspore): calls paired through the torch<->MindSpore mapping"
+    pairs = [SimpleNamespace(warnings=[note]), SimpleNamespace(warnings=[note]),
+             SimpleNamespace(warnings=[note, "target dump is marked incomplete (the run stopped early): /d"])]
+    assert _pair_messages(pairs) == [f"note: {note} (3 step/rank pairs)",
+                                     "warning: target dump is marked incomplete (the run stopped early): /d"]
