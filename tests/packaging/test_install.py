@@ -106,8 +106,12 @@ def _wheel(tmp_path, name: str, env: dict) -> str:
     """``pip wheel .`` of a clean copy of the checkout (what ``pip install .`` builds: no build/
     folder or in-place extension of earlier builds), with this venv's setuptools (offline)."""
     src, out = tmp_path / f"{name}-src", tmp_path / name
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info", "*.so",
-                                                             "__pycache__", "tests", "benchmarks", "recipes"))
+    skip = shutil.ignore_patterns("*.so", "__pycache__", "*.egg-info")
+    src.mkdir()
+    for top in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
+        shutil.copy(os.path.join(ROOT, top), src / top)
+    for pkg in ("ts_core", "ts_integrations"):
+        shutil.copytree(os.path.join(ROOT, pkg), src / pkg, ignore=skip)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     "--disable-pip-version-check", "-w", str(out), str(src)], check=True, env=env, timeout=600,
                    cwd=str(tmp_path))
