@@ -131,7 +131,12 @@ print(ts_core.__file__)
 print(n.available())
 dbg = PrecisionDebugger(config_path="statistics_mix", dump_path=sys.argv[1])
 assert dbg.config.level == "mix"
-main(["--version"])
+assert "torch" not in sys.modules
+main(["config", "init", "md5"])
+try:
+    main(["--version"])
+except SystemExit:
+    pass
 """
 
 
@@ -154,6 +159,7 @@ def test_a_fresh_venv_install_builds_and_uses_the_extension(tmp_path):
     assert lines[0].startswith(site), "the installed copy is imported, not the checkout"
     assert lines[1] == "True"
     assert "native kernels: in use" in out.stdout and site in out.stdout
+    assert '"summary_mode": "md5"' in out.stdout                     # tsprobe config init md5
     assert _tree(site) == before and not os.listdir(home), "nothing compiled or written at run time"
 
 
