@@ -14,7 +14,11 @@ MT_VENV  := .venv-mindtorch
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml $(CONSTR) requirements/install_vllm.sh Makefile
+# The editable install also compiles the C extension ts_core.native._kernels in place (setup.py),
+# so a change to its sources reinstalls; `python -m ts_core.native` then says whether it is in use.
+NATIVE  := setup.py $(wildcard ts_core/native/*.c ts_core/native/*.h)
+
+$(STAMP): pyproject.toml $(CONSTR) requirements/install_vllm.sh Makefile $(NATIVE)
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check -c $(CONSTR) -e '.[test,msprobe,fast]'
 	bash requirements/install_vllm.sh $(BIN)/python

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Callable, List, Optional
 
@@ -18,9 +19,13 @@ def _add_compare(sub) -> None:
                                    "With several ranks, one merged summary names each rank's first divergence, the "
                                    "rank that diverged first and the collectives that carried it (ranks.json). "
                                    "report.html opens its model tree on the first divergence.")
-    p.add_argument("golden", help="the reference dump")
-    p.add_argument("target", help="the dump under test")
-    p.add_argument("-o", "--output", metavar="OUT", help="write compare.csv, summary.json, report.html here")
+    p.add_argument("golden", nargs="?", help="the reference dump")
+    p.add_argument("target", nargs="?", help="the dump under test")
+    # msprobe's spelling (`msprobe compare -tp TARGET -gp GOLDEN -o OUT`), so its commands run unchanged
+    p.add_argument("-gp", "--golden_path", metavar="GOLDEN", help="the reference dump (msprobe's flag)")
+    p.add_argument("-tp", "--target_path", metavar="TARGET", help="the dump under test (msprobe's flag)")
+    p.add_argument("-o", "--output", "--output_path", metavar="OUT",
+                   help="write compare.csv, summary.json, report.html here")
     p.add_argument("--rtol", type=float, help="relative tolerance (default: by dtype, float32 1e-4)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default: by dtype, float32 1e-5)")
     p.add_argument("--stats-only", action="store_true", help="compare recorded statistics, ignore tensor files")
@@ -34,6 +39,17 @@ def _add_compare(sub) -> None:
 
 def _run_compare(args: argparse.Namespace) -> int:
     from ts_core.compare import compare
+
+    for side, flag in (("golden", "-gp"), ("target", "-tp")):
+        given, by_flag = getattr(args, side), getattr(args, f"{side}_path")
+        if given is not None and by_flag is not None:
+            print(f"tsprobe compare: error: {side.upper()} given twice (as an argument and as {flag})", file=sys.stderr)
+            return 2
+        if given is None and by_flag is None:
+            print("tsprobe compare: error: give GOLDEN and TARGET (or msprobe's -gp GOLDEN -tp TARGET)",
+                  file=sys.stderr)
+            return 2
+        setattr(args, side, given if given is not None else by_flag)
 
     result = compare(args.golden, args.target, args.output, rtol=args.rtol, atol=args.atol,
                      stats_only=args.stats_only, equal_nan=not args.nan_differs, workers=args.workers,
@@ -215,12 +231,74 @@ def _run_config_check(args: argparse.Namespace) -> int:
     return 1 if (args.fail_on_error and result.verdict == "error") else 0
 
 
-_COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_acc_check, _add_merge, _add_config_check]
+def _add_config(sub) -> None:
+    p = sub.add_parser("config", help="the ready configs shipped with tsprobe: list them, or print one to start from",
+                       description="`tsprobe config init statistics_mix > config.json` writes a ready config to "
+                                   "edit; any ready config also goes by name: "
+                                   "PrecisionDebugger(config_path=\"statistics_mix\").")
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    init = actions.add_parser("init", help="print a ready config (JSON, or YAML with --yaml)")
+    init.add_argument("name", help="a ready config's name (tsprobe config list)")
+    init.add_argument("--yaml", action="store_true", help="its YAML twin")
+    actions.add_parser("list", help="the ready configs, one per line")
+    p.set_defaults(func=_run_config)
+
+
+def _run_config(args: argparse.Namespace) -> int:
+    from ts_core.config import READY_DIR, ready_configs
+
+    names = ready_configs()
+    if args.action == "list":
+        print("\n".join(names))
+        return 0
+    name = os.path.splitext(args.name)[0]
+    if name not in names:
+        import difflib
+
+        near = difflib.get_close_matches(name, names, n=1)
+        hint = f"did you mean '{near[0]}'? " if near else ""
+        print(f"tsprobe config: error: no ready config {args.name!r}; {hint}ready: {', '.join(names)}",
+              file=sys.stderr)
+        return 2
+    with open(os.path.join(READY_DIR, name + (".yaml" if args.yaml else ".json")), encoding="utf-8") as f:
+        sys.stdout.write(f.read())
+    return 0
+
+
+_COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_acc_check, _add_merge, _add_config_check,
+                             _add_config]
+
+
+def version_text() -> str:
+    """``tsprobe --version``: the version, the interpreter, and whether the C kernels are in use
+    (a wheel built without a compiler, or ``TSPROBE_NATIVE=0``, runs the pure paths: slower,
+    same values)."""
+    import platform
+
+    from ts_core import native
+    from ts_core._version import __version__
+
+    return (f"tsprobe {__version__} (Python {platform.python_version()}, {platform.machine()})\n"
+            f"{native.describe()}")
+
+
+class _VersionAction(argparse.Action):
+    """--version, worked out only when asked (it loads the extension)."""
+
+    def __init__(self, option_strings: List[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest=dest, nargs=0, help="show the version and whether the native "
+                                                                  "kernels are in use, then exit")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(version_text())
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tsprobe", description="Precision debugging: dump, compare, find the "
                                                                  "first divergent op.")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in _COMMANDS:
@@ -235,9 +313,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        return _closed_pipe()
     except (DumpFormatError, OSError) as e:
         print(f"tsprobe {args.command}: error: {e}", file=sys.stderr)
         return 2
+
+
+def _closed_pipe() -> int:
+    """The reader went away (``tsprobe summary DUMP | head``): stop quietly, as a program killed by
+    SIGPIPE would. stdout is pointed at /dev/null so the interpreter's final flush does not
+    print a second traceback (the recipe of Python's signal documentation)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 128 + 13          # the shell's status for a process ended by SIGPIPE
 
 
 if __name__ == "__main__":

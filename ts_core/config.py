@@ -132,11 +132,43 @@ def _str_list(name: str, value: Any) -> List[str]:
     return list(value)
 
 
+# msprobe tasks that are no dump task here: where their job is done instead
+MSPROBE_ONLY_TASKS = {
+    "overflow_check": "tsprobe finds overflows with monitor mode: add \"monitor\": {} to watch every step and dump "
+                      "the steps around the first NaN/Inf (docs/monitor.md); `tsprobe summary DUMP` names the "
+                      "first NaN/Inf of any dump",
+    "acc_check": "API accuracy checking is `tsprobe acc-check DUMP` on a dump of task \"tensor\" "
+                 "(docs/acc-check.md)",
+    "run_ut": "API accuracy checking is `tsprobe acc-check DUMP` on a dump of task \"tensor\" (docs/acc-check.md)",
+    "free_benchmark": "there is no free benchmark: re-run suspect APIs on the dumped inputs with "
+                      "`tsprobe acc-check DUMP` (docs/acc-check.md), or watch every step with monitor mode "
+                      "(docs/monitor.md)",
+    "grad_probe": "gradient statistics of every step come from monitor mode (\"monitor\": {}, docs/monitor.md); "
+                  "a dump at level L0/mix also records each parameter's gradient (parameters_grad)",
+}
+
+
 def _choice(name: str, value: Any, allowed: Iterable[str]) -> str:
     allowed = tuple(allowed)
     if value not in allowed:
-        raise ConfigError(name, value, f"allowed: {', '.join(allowed)}")
+        raise ConfigError(name, value, _hint(name, value, allowed) + f"allowed: {', '.join(allowed)}")
     return value
+
+
+def _hint(name: str, value: Any, allowed: tuple) -> str:
+    """"did you mean 'L1'? " for a near miss (another case, a letter more or less), msprobe's
+    pointer for a task it has and we do not, else ""."""
+    if not isinstance(value, str):
+        return ""
+    if name == "task" and value in MSPROBE_ONLY_TASKS:
+        return f"{MSPROBE_ONLY_TASKS[value]}. "
+    if name == "level" and value == "L2":
+        return ("msprobe's L2 dumps kernels inside compiled graphs (Ascend's adump); tsprobe records what Python "
+                "calls: L1 for API calls, mix for modules and API calls. ")
+    same_case = [a for a in allowed if a.lower() == value.lower()]
+    near = same_case or difflib.get_close_matches(value, allowed, n=1, cutoff=0.6) or \
+        [a for a in allowed if a.lower() == value.lower().rstrip("s")]
+    return f"did you mean '{near[0]}'? " if near else ""
 
 
 def _bool(name: str, value: Any) -> bool:
@@ -151,13 +183,35 @@ def _unknown(name: str, known: Iterable[str]) -> ConfigError:
     return ConfigError(name, "(unknown key)", f"{hint}known keys: {', '.join(sorted(known))}")
 
 
+# The ready configs shipped in the package (ts_core/configs/*.json and their *.yaml twins).
+READY_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+
+
+def ready_configs() -> List[str]:
+    """Names of the ready configs (``statistics_mix``, ...), usable as ``config_path``."""
+    return sorted(n[:-5] for n in os.listdir(READY_DIR) if n.endswith(".json"))
+
+
+def resolve_config_path(path: str) -> str:
+    """`path` itself when it is a file; a ready config's file when `path` is its name
+    (``"statistics_mix"``, ``"statistics_mix.yaml"``); else `path` (reading it then fails clearly).
+    A file of the user's wins over a ready config of the same name."""
+    if os.path.exists(path) or os.path.dirname(path):
+        return path
+    stem, ext = os.path.splitext(path)
+    if ext not in (".json", ".yaml"):
+        stem, ext = path, ".json"
+    ready = os.path.join(READY_DIR, stem + ext)
+    return ready if os.path.isfile(ready) else path
+
+
 def _read_text(path: str) -> str:
     """The config file's text; every way it cannot be read is a ConfigError naming the file."""
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
     except FileNotFoundError:
-        problem = "the file does not exist"
+        problem = f"the file does not exist (ready configs go by name: {', '.join(ready_configs())})"
     except IsADirectoryError:
         problem = "this is a folder; give the path of the JSON or YAML file"
     except PermissionError:
@@ -225,7 +279,7 @@ def _flatten(raw: Mapping[str, Any]) -> dict:
 
 def build_config(config_path: Optional[str] = None, **overrides: Any) -> DebuggerConfig:
     """Load `config_path` (JSON or YAML, msprobe schema), apply non-None keyword overrides, validate."""
-    raw = _read_file(os.fspath(config_path)) if config_path else {}
+    raw = _read_file(resolve_config_path(os.fspath(config_path))) if config_path else {}
     flat = _flatten(raw)
     names = {f.name for f in fields(DebuggerConfig)}
     for key, value in overrides.items():

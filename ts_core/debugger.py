@@ -1,12 +1,13 @@
-"""PrecisionDebugger: lifecycle, step and rank gating, one active per process.
+"""PrecisionDebugger: lifecycle, step and rank gating, one per process (msprobe's singleton).
 
 Typical loop (msprobe-compatible)::
 
     debugger = PrecisionDebugger(config_path="config.json")
     for batch in data:
         debugger.start(model)
-        loss = model(batch).sum(); loss.backward(); optimizer.step()
-        debugger.stop()
+        loss = model(batch).sum(); loss.backward()
+        debugger.stop()           # before the optimizer: its in-place ops are not the model's
+        optimizer.step()
         debugger.step()           # monitor mode: debugger.step(loss=loss)
 """
 from __future__ import annotations
@@ -38,11 +39,27 @@ class _Switch:
 
 
 class PrecisionDebugger:
+    """One per process, as msprobe's (a singleton): ``PrecisionDebugger(...)`` with the arguments
+    of the open debugger returns that debugger, so a script may build it in several places.
+    Unlike msprobe, other arguments are not ignored silently: the new debugger replaces the open
+    one, which is closed (its step written) with a warning, and the old object's later calls
+    say so. ``close()`` ends the process's debugger; ``current()`` returns it."""
+
     _current: Optional["PrecisionDebugger"] = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "PrecisionDebugger":
+        prev = cls._current
+        if prev is not None and not prev._closed and type(prev) is cls and prev._args == _args_key(args, kwargs):
+            return prev
+        return super().__new__(cls)
 
     def __init__(self, config_path: Optional[str] = None, task: Optional[str] = None,
                  dump_path: Optional[str] = None, level: Optional[str] = None,
                  step: Optional[Sequence[int]] = None, **overrides: Any):
+        if self is PrecisionDebugger._current and not self._closed:
+            return                  # the process's debugger, asked for again with its own arguments
+        self._args = _args_key((config_path, task, dump_path, level, step), overrides)
+        self._replaced_by = ""
         overrides.update(task=task, dump_path=dump_path, level=level, step=step)
         self.config: DebuggerConfig = build_config(config_path, **overrides)
         check_paths(self.config)
@@ -67,6 +84,10 @@ class PrecisionDebugger:
         self._monitor: Optional[Monitor] = Monitor(self.config) if self.config.monitor is not None else None
         prev = PrecisionDebugger._current
         if prev is not None and not prev._closed:
+            prev._replaced_by = _caller()
+            warnings.warn(f"tsprobe: a PrecisionDebugger with other arguments ({_caller()}) replaces the open one "
+                          "(one per process, as in msprobe): the first is closed and its dump finished. Call "
+                          "close() on the first before creating another to silence this.", stacklevel=2)
             prev.close()
         PrecisionDebugger._current = self
 
@@ -446,12 +467,39 @@ class PrecisionDebugger:
 
     def _check_open(self) -> None:
         if self._closed:
+            if self._replaced_by:
+                raise RuntimeError(f"this PrecisionDebugger was closed when another one was created ({self._replaced_by}): "
+                                   "tsprobe keeps one debugger per process, as msprobe; use the newer one "
+                                   "(PrecisionDebugger.current())")
             raise RuntimeError("this PrecisionDebugger was closed; create a new one")
 
     def _warn_once(self, tag: str, message: str) -> None:
         if tag not in self._warned:
             self._warned.add(tag)
             warnings.warn(f"tsprobe: {message}", stacklevel=3)
+
+
+_PARAMS = ("config_path", "task", "dump_path", "level", "step")
+
+
+def _args_key(args: tuple, kwargs: dict) -> str:
+    """The constructor's arguments as one comparable value (a second ``PrecisionDebugger(...)``
+    with the same ones returns the open debugger)."""
+    named = dict(zip(_PARAMS, args))
+    named.update(kwargs)
+    if named.get("config_path") is not None:
+        named["config_path"] = os.path.abspath(os.fspath(named["config_path"]))
+    return repr(sorted((k, v) for k, v in named.items() if v is not None))
+
+
+def _caller() -> str:
+    """file:line of the user's code that created a debugger (outside ts_core/ts_integrations)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    tools = (here + os.sep, os.path.join(os.path.dirname(here), "ts_integrations") + os.sep)
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(tools):
+        f = f.f_back
+    return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else "unknown place"
 
 
 def _is_step_number(step: Any) -> bool:

@@ -29,6 +29,12 @@ function, which is what L1 patches appearing at the first dumped step (or vanish
 last) would cause. Outside the configured steps they are inert (one flag read per call).
 A callback-owned debugger is closed at ``teardown`` (everything restored); a ``debugger=``
 you pass keeps its patches until you ``close()`` it.
+
+Logging is never recorded: ``self.log``/``self.log_dict`` inside ``training_step`` run
+Lightning's bookkeeping (``squeeze``, ``stride``, ``to``, ``mean`` of the logged value), which
+is not the model's computation. From ``on_fit_start`` to ``teardown`` the module's ``log`` and
+``log_dict`` are wrapped (instance attributes, removed at the end) to pause collection while
+they run.
 """
 from __future__ import annotations
 
@@ -70,6 +76,7 @@ class PrecisionDumpCallback(*_callback_bases()):
                  dump_eval: Optional[bool] = None, task: Optional[str] = None, dump_path: Optional[str] = None,
                  level: Optional[str] = None, step: Optional[Sequence[int]] = None, **overrides: Any):
         super().__init__()
+        self._quiet: list = []               # modules whose log/log_dict are wrapped
         handle = make_debugger(config_path, debugger, dict(task=task, dump_path=dump_path, level=level,
                                                            step=step, **overrides), type(self).__name__)
         self._driver = StepDriver(handle, dump_eval)
@@ -89,6 +96,41 @@ class PrecisionDumpCallback(*_callback_bases()):
         # Install patches before the first self.log of the fit and keep them to its end:
         # Lightning compares the torch.mean it stored with the current one (see _common).
         self._driver.prepare(pl_module)
+        self._quiet_logging(pl_module)
+
+    def _quiet_logging(self, pl_module) -> None:
+        """Wrap the module's log/log_dict so that nothing they call is recorded."""
+        if pl_module in self._quiet:
+            return
+        dbg = self._driver.debugger
+        depth = [0]                          # log_dict calls log: only the outermost call switches
+
+        def quiet(orig):
+            def logged(*args: Any, **kwargs: Any) -> Any:
+                if not dbg.in_window or depth[0]:
+                    depth[0] += 1
+                    try:
+                        return orig(*args, **kwargs)
+                    finally:
+                        depth[0] -= 1
+                depth[0] += 1
+                dbg.set_collecting(False)
+                try:
+                    return orig(*args, **kwargs)
+                finally:
+                    depth[0] -= 1
+                    dbg.set_collecting(True)
+            return logged
+
+        for name in ("log", "log_dict"):
+            setattr(pl_module, name, quiet(getattr(pl_module, name)))
+        self._quiet.append(pl_module)
+
+    def _unquiet_logging(self) -> None:
+        for module in self._quiet:
+            for name in ("log", "log_dict"):
+                module.__dict__.pop(name, None)
+        self._quiet = []
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._driver.begin(trainer.global_step, pl_module)
@@ -153,9 +195,11 @@ class PrecisionDumpCallback(*_callback_bases()):
 
     # -- end of a run -------------------------------------------------------------------
     def teardown(self, trainer, pl_module, stage: str) -> None:
+        self._unquiet_logging()
         self._driver.finish()
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self._unquiet_logging()
         self._driver.finish()
 
     # -- checkpoints --------------------------------------------------------------------

@@ -18,15 +18,24 @@ from ..conftest import load_dump
 from .models import MLP
 
 
-def test_current_is_the_latest_open_debugger(dump_root):
+def test_one_debugger_per_process_as_msprobe(dump_root):
+    """msprobe's singleton: the same arguments give the open debugger back; other arguments
+    replace it, saying so, and the replaced one's calls say why they fail."""
     first = PrecisionDebugger(dump_path=dump_root, step=[0])
     assert PrecisionDebugger.current() is first
-    second = PrecisionDebugger(dump_path=dump_root, step=[0])     # closes the first
-    assert PrecisionDebugger.current() is second
-    with pytest.raises(RuntimeError, match="closed"):
+    assert PrecisionDebugger(dump_path=dump_root, step=[0]) is first
+    assert PrecisionDebugger(None, None, dump_root, None, [0]) is first
+    assert not first._closed
+    with pytest.warns(UserWarning, match=r"test_integration_surface.py:\d+\) replaces the open one"):
+        second = PrecisionDebugger(dump_path=dump_root, step=[1])
+    assert second is not first and PrecisionDebugger.current() is second
+    with pytest.raises(RuntimeError, match="closed when another one was created .*one debugger per process"):
         first.start()
     second.close()
     assert PrecisionDebugger.current() is None
+    third = PrecisionDebugger(dump_path=dump_root, step=[1])      # after close(): a new one
+    assert third is not second
+    third.close()
 
 
 def test_is_hooked_names_the_hooked_model_only(dump_root):

@@ -264,3 +264,23 @@ def test_works_with_the_pytorch_lightning_package(tmp_path, dump_root):
                 default_root_dir=str(tmp_path)).fit(PtlTiny(), loader())
     assert step_dirs(dump_root) == ["step1"]
     assert param_grad_keys(records(dump_root, 1)) == ["Module.fc1.Linear.parameters_grad.0"]
+
+
+def test_self_log_is_not_recorded_and_the_module_is_left_as_found(tmp_path, dump_root):
+    """self.log / self.log_dict inside training_step run Lightning's bookkeeping (squeeze, to,
+    ...): not the model's computation, never recorded. After the fit the module's own log is back."""
+
+    class Logs(Tiny):
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.log_dict({"a": loss * 1.0, "b": loss})
+            return loss
+
+    module = Logs()
+    cb = PrecisionDumpCallback(dump_path=dump_root, level="L1", step=[1])
+    trainer(tmp_path, [cb]).fit(module, loader())
+    apis = {".".join(k.split(".")[:2]) for k in records(dump_root, 1)}
+    # the model and the loss (and the `loss * 1.0` the user wrote) are recorded, logging is not
+    assert {"Functional.linear", "Torch.relu", "Functional.mse_loss", "Tensor.__mul__"} <= apis, apis
+    assert not apis & {"Tensor.squeeze", "Tensor.to"}, apis          # what Lightning's log calls here
+    assert "log" not in module.__dict__ and "log_dict" not in module.__dict__

@@ -5,7 +5,7 @@ which uses it: no import cycle).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, List
 
 from .verdict import ERROR, PASS, WARNING
 
@@ -45,8 +45,7 @@ def terminal_text(result: Any, max_rows: int = 12) -> str:
         more = sum(1 for r in result.rows if r.verdict != PASS) - len(bad)
         if more > 0:
             lines.append(f"... {more} more non-passing rows")
-    for p in result.pairs:
-        lines.extend(f"warning: {w}" for w in p.warnings)
+    lines.extend(_pair_messages(result.pairs))
     if result.unpaired_golden or result.unpaired_target:
         lines.append(f"unpaired dumps: golden {result.unpaired_golden}, target {result.unpaired_target}")
     if getattr(result, "ranks", None) and result.ranks.get("steps"):
@@ -56,3 +55,22 @@ def terminal_text(result: Any, max_rows: int = 12) -> str:
     if result.report_path:
         lines.append(f"report: {result.report_path}")
     return "\n".join(lines)
+
+
+# engine.py's one message that is a warning (the dump is partial); the others are notes on how
+# a pair was compared (cross-framework mapping, ...)
+_WARNINGS = ("golden dump is marked incomplete", "target dump is marked incomplete")
+
+
+def _pair_messages(pairs) -> List[str]:
+    """Each message once, however many step/rank pairs carry it (the cross-framework note comes
+    with every pair), prefixed ``warning:`` only when it is one."""
+    where: dict = {}
+    for p in pairs:
+        for w in p.warnings:
+            where.setdefault(w, []).append(p)
+    out = []
+    for w, ps in where.items():
+        kind = "warning" if w.startswith(_WARNINGS) else "note"
+        out.append(f"{kind}: {w}" + (f" ({len(ps)} step/rank pairs)" if len(ps) > 1 else ""))
+    return out

@@ -47,11 +47,20 @@ _state: Optional[_State] = None
 
 
 def _framework(net: Any) -> str:
-    from ..backends import framework_of
-    fw = framework_of(net, "")
-    if fw not in ("pytorch", "mindspore"):
-        raise TypeError(f"api_dump_init: net must be a torch.nn.Module or a mindspore.nn.Cell, got {type(net).__name__}")
-    return fw
+    """'pytorch' or 'mindspore' for a Module/Cell; a TypeError in TroubleShooter's terms otherwise
+    (not the core's ``start(model=...)`` one: the user never called start)."""
+    import sys
+
+    torch, ms = sys.modules.get("torch"), sys.modules.get("mindspore")
+    if "mindtorch" not in sys.modules and torch is not None and isinstance(net, torch.nn.Module):
+        return "pytorch"
+    if ms is not None and isinstance(net, ms.nn.Cell) and "mindtorch" not in sys.modules:
+        return "mindspore"
+    what = "None" if net is None else type(net).__name__
+    hint = " (MindTorch networks are not supported by the TroubleShooter API; use PrecisionDebugger)" \
+        if "mindtorch" in sys.modules else ""
+    raise TypeError(f"api_dump_init(net, output_path): net must be the network to dump, a torch.nn.Module or a "
+                    f"mindspore.nn.Cell; got {what}{hint}")
 
 
 def api_dump_init(net: Any, output_path: str = "./ts_api_dump", *, retain_backward: bool = False,
@@ -317,15 +326,45 @@ def api_dump_compare(origin_path: str, target_path: str, output_path: Optional[s
             _write_csv(os.path.join(output_path, f"ts_api_backward_compare{sfx}.csv"), head, bwd)
     if n_steps == 1:
         result = {k: v[0] for k, v in result.items()}
-    _print(result, n_steps)
+    _print(result, n_steps, head)
     return result
 
 
-def _print(result: Dict[str, Any], n_steps: int) -> None:
-    fwd = result["forward"] if n_steps == 1 else [r for s in result["forward"] for r in s]
-    bwd = result["backward"] if n_steps == 1 else [r for s in result["backward"] for r in s]
-    for title, rows in (("forward", fwd), ("backward", bwd)):
-        bad = [r for r in rows if r[4] is not True]
-        print(f"[tsprobe] api_dump_compare {title}: {len(rows)} rows, {len(rows) - len(bad)} allclose")
-        if bad:
-            print(f"[tsprobe]   first not allclose: {bad[0][0]} vs {bad[0][1]}")
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.6g}"
+    if isinstance(v, tuple):
+        return str(list(v))
+    return str(v)
+
+
+def format_rows(head: List[str], rows: List[list]) -> str:
+    """The compare rows as TroubleShooter prints them: one aligned table; an API that one net
+    did not run is 'missing' (its side '-'), not 'not allclose'."""
+    table = [head] + [[_cell(v) for v in r[:4]] + (["missing"] + ["-"] * (len(r) - 5) if r[0] is None or r[1] is None
+                                                    else [_cell(v) for v in r[4:]]) for r in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out = [line, "| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |", line]
+    out += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in table[1:]]
+    return "\n".join(out + [line])
+
+
+def _print(result: Dict[str, Any], n_steps: int, head: List[str]) -> None:
+    """Each direction's table, then one line: rows, allclose, not allclose, missing on a side
+    (an API only one net ran is missing, not 'not allclose')."""
+    steps = [result] if n_steps == 1 else [{k: v[s] for k, v in result.items()} for s in range(n_steps)]
+    for s, res in enumerate(steps):
+        for title in ("forward", "backward"):
+            rows = res[title]
+            if not rows:
+                continue
+            missing = [r for r in rows if r[0] is None or r[1] is None]
+            bad = [r for r in rows if r[4] is not True and r not in missing]
+            step = f" (step {s})" if n_steps > 1 else ""
+            print(f"api_dump_compare {title}{step}:")
+            print(format_rows(head, rows))
+            print(f"{len(rows)} rows: {len(rows) - len(bad) - len(missing)} allclose, {len(bad)} not allclose, "
+                  f"{len(missing)} missing on one side")

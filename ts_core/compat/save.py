@@ -10,6 +10,7 @@ bfloat16 (and other dtypes numpy lacks) are stored as float32. Never pickle.
 from __future__ import annotations
 
 import os
+import warnings
 import threading
 from typing import Any, Optional
 
@@ -101,12 +102,28 @@ def _save_now(file: str, data: Any, suffix: Optional[str], number: Optional[int]
     else:
         raise TypeError(f"save: data must be a torch/MindSpore tensor, numpy array, list, tuple or dict, "
                         f"got {type(data).__name__}")
+    dropped = [f"{k} ({type(v).__name__})" for k, v in items if not _is_tensor(v)]
     items = [(k, v) for k, v in items if _is_tensor(v)]
+    if dropped:     # TroubleShooter drops them too; say so, once per name, instead of silently
+        _warn_dropped(file, dropped, bool(items))
     if not items:
         return
     n = _next_number() if number is None else number
     for k, v in items:
         _write(d, f"{n}_{base}_{k}", _to_numpy(v))
+
+
+_warned_drops: set = set()
+
+
+def _warn_dropped(file: str, dropped: list, wrote: bool) -> None:
+    key = os.fspath(file)
+    if key in _warned_drops:
+        return
+    _warned_drops.add(key)
+    what = "the tensors only" if wrote else "nothing"
+    warnings.warn(f"tsprobe save({key!r}): members that are not tensors are not saved: {', '.join(dropped)}; "
+                  f"wrote {what}", stacklevel=4)
 
 
 def save(file: str, data: Any, suffix: Optional[str] = None) -> None:

@@ -1,147 +1,119 @@
-"""Native kernels (plain C, loaded with ctypes; the GIL is released while they run):
-one-pass tensor statistics over host memory, all compare metrics of a golden/target pair in
-one pass, the calling thread's Python stack as raw (code, line) pairs (``frame_walker``), and
-the fastest CRC-32 available (ISA-L's through the ``isal`` package, else zlib's;
-same values).
+"""Native kernels: one-pass tensor statistics over host memory, all compare metrics of a
+golden/target pair in one pass, the calling thread's Python stack as raw (code, position) pairs
+(``frame_walker``), and the fastest CRC-32 available (ISA-L's through the ``isal`` package, else
+zlib's; same values).
 
-``stats(address, numel, dtype_code)`` returns ``[max, min, sum, sum_of_squares]`` of a
+The C code is the extension ``ts_core.native._kernels``, built by setup.py when the package is
+installed (``pip install .`` / ``pip install -e .``); nothing is compiled or written at run time.
+Without it (no C compiler at install, or ``TSPROBE_NATIVE=0``) ``available()`` is False and
+callers take their pure numpy/framework paths: the same values up to float rounding
+(tests/core/test_native_ext.py). ``TSPROBE_NATIVE=baseline`` keeps the extension but its
+portable loops only (no AVX2/AVX-512): the same bits, slower.
+
+``Stats()(address, numel, dtype_code)`` returns ``(max, min, sum, sum_of_squares)`` of a
 contiguous host buffer, or None when a NaN/Inf was met (the caller then takes its framework's
-exact path, which propagates NaN as the framework does). ``available()`` is False when the
-library cannot be built or ``TSPROBE_NATIVE=0``.
+exact path, which propagates NaN as the framework does).
 """
 from __future__ import annotations
 
-import ctypes
-import math
 import os
-import struct
 import threading
-from typing import Callable, List, Optional, Tuple
-
-from . import build as _build
+from typing import Any, Callable, List, Optional, Tuple
 
 try:        # ISA-L: ~4x zlib's CRC-32 on this hardware; zlib-compatible polynomial and values
     from isal.isal_zlib import crc32 as _crc32
 except ImportError:      # pragma: no cover - optional dependency
     from zlib import crc32 as _crc32
 
-# dtype codes understood by stats.c (compare.c takes F32 and F64)
+# dtype codes understood by stats.c (compare.c takes F32 and F64); kernels.h has the same
 F32, F64, F16, BF16, I8, U8, I16, I32, I64, BOOL = range(10)
 
+# The extension's ABI that this file speaks (module.c's TSP_ABI).
+ABI = 4
+
 _lock = threading.Lock()
-_lib: Optional[ctypes.CDLL] = None
+_mod: Any = None
 _tried = False
+_why = ""
 
 
-def _load() -> Optional[ctypes.CDLL]:
-    global _lib, _tried
+def _load() -> Any:
+    """The extension module, or None (and ``_why`` says why)."""
+    global _mod, _tried, _why
+    if _tried:
+        return _mod
     with _lock:
         if _tried:
-            return _lib
+            return _mod
+        setting = os.environ.get("TSPROBE_NATIVE", "1")
+        if setting == "0":
+            _why = "TSPROBE_NATIVE=0"
+        else:
+            try:
+                from . import _kernels as mod
+            except ImportError as exc:
+                _why = f"the extension was not built at install ({exc}); reinstall with a C compiler"
+            else:
+                if getattr(mod, "ABI", None) != ABI:
+                    _why = (f"stale build ({mod.__file__}: ABI {getattr(mod, 'ABI', None)}, want {ABI}); "
+                            "rebuild with `pip install -e .` (or `python setup.py build_ext --inplace`)")
+                else:
+                    mod.init(setting != "baseline")
+                    _mod = mod
         _tried = True
-        if os.environ.get("TSPROBE_NATIVE", "1") == "0":
-            return None
-        paths = [os.path.join(d, _build.LIB_NAME) for d in _build.library_dirs()]
-        newest = max(os.path.getmtime(src) for src in _build.SOURCES)
-        path = next((p for p in paths if os.path.isfile(p) and os.path.getmtime(p) >= newest), None) \
-            or _build.build()
-        if path is None:
-            return None
-        try:
-            lib = ctypes.CDLL(path)
-            lib.tsp_stats.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p]
-            lib.tsp_stats.restype = ctypes.c_int
-            lib.tsp_compare.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64,
-                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_double, ctypes.c_double,
-                                        ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
-            lib.tsp_compare.restype = ctypes.c_int
-            if lib.tsp_abi_version() != _build.ABI:
-                return None
-        except (OSError, AttributeError):
-            return None
-        _lib = lib
-        return _lib
+        return _mod
 
 
 def available() -> bool:
+    """True when the native kernels are in use."""
     return _load() is not None
 
 
-class Stats:
-    """The statistics kernel with an output buffer per calling thread: the kernel runs with the
-    GIL released, so threads sharing one buffer would read each other's results."""
+def describe() -> str:
+    """One line for ``tsprobe --version``: which kernels are in use, and why not when not."""
+    mod = _load()
+    if mod is None:
+        return f"native kernels: not in use ({_why}); pure numpy/framework paths"
+    return f"native kernels: in use ({mod.init(os.environ.get('TSPROBE_NATIVE', '1') != 'baseline')} loops, {mod.__file__})"
 
-    __slots__ = ("_fn", "_local", "_unpack")
+
+class Stats:
+    """The statistics kernel. ``row`` is what the torch backend calls per tensor: it is the C
+    function itself (no Python frame in between)."""
+
+    __slots__ = ("_fn", "row")
 
     def __init__(self) -> None:
-        lib = _load()
-        if lib is None:
-            raise RuntimeError("tsprobe native kernels are not available")
-        self._fn = lib.tsp_stats
-        self._local = threading.local()
-        self._unpack = struct.Struct("4d").unpack_from
+        mod = _load()
+        if mod is None:
+            raise RuntimeError(f"tsprobe native kernels are not available: {_why}")
+        self._fn = mod.stats
+        # (max, min, mean, norm), or None on NaN/Inf. A tuple of floats: the GC untracks it, so
+        # a step's cache of rows is never promoted towards a full collection (Collector._emit).
+        self.row: Callable[[int, int, int], Optional[Tuple[float, float, float, float]]] = mod.row
 
     def __call__(self, address: int, numel: int, code: int) -> Optional[Tuple[float, float, float, float]]:
         """(max, min, sum, sum of squares), or None on NaN/Inf."""
-        out = getattr(self._local, "out", None)
-        if out is None:
-            out = self._local.out = (ctypes.c_double * 4)()
-        if self._fn(address, numel, code, ctypes.addressof(out)) != 0:
-            return None
-        return self._unpack(out)
-
-    def row(self, address: int, numel: int, code: int) -> Optional[Tuple[float, float, float, float]]:
-        """(max, min, mean, norm), or None on NaN/Inf. A tuple of floats: the GC untracks it, so
-        a step's cache of rows is never promoted towards a full collection (Collector._emit)."""
-        sums = self(address, numel, code)
-        if sums is None:
-            return None
-        mx, mn, total, squares = sums
-        return (mx, mn, total / numel, math.sqrt(squares))
+        return self._fn(address, numel, code)
 
 
 MAX_FRAMES = 512
 
 
 def frame_walker() -> Optional[Callable[[], Optional[bytes]]]:
-    """A function returning the calling thread's Python stack, innermost first, as bytes of
-    int64 (code object address, instruction offset or line) pairs (its own frame included): a
-    key for the stack, not its text. None for a stack
-    deeper than ``MAX_FRAMES``; None when the library is unavailable. The addresses identify
-    code objects only while the caller keeps them alive (``StackRecorder`` does)."""
-    lib = _load()
-    if lib is None:
+    """A function returning the calling thread's Python stack, innermost first (the caller's
+    frame included), as bytes of int64 (code object address, instruction offset or line) pairs:
+    a key for the stack, not its text. It returns None for a stack deeper than ``MAX_FRAMES``.
+    None when the extension is unavailable. The addresses identify code objects only while the
+    caller keeps them alive (``StackRecorder`` does)."""
+    mod = _load()
+    if mod is None:
         return None
-    try:
-        gil = ctypes.PyDLL(lib._name)           # the same library, called with the GIL held
-        api = ctypes.pythonapi
-        init = gil.tsp_frames_init
-        init.argtypes = [ctypes.c_void_p] * 5
-        init.restype = ctypes.c_int
-        position = getattr(api, "PyFrame_GetLasti", None) or api.PyFrame_GetLineNumber   # 3.11+: O(1)
-        funcs = (api.PyEval_GetFrame, api.PyFrame_GetBack, api.PyFrame_GetCode, position, api.Py_DecRef)
-        if init(*(ctypes.cast(f, ctypes.c_void_p).value for f in funcs)) != 0:
-            return None
-        walk = gil.tsp_frames
-        walk.argtypes = [ctypes.c_void_p, ctypes.c_int64]
-        walk.restype = ctypes.c_int64
-    except (OSError, AttributeError):      # an interpreter without the 3.9+ frame API
-        return None
-    local = threading.local()              # the GIL may pass to another thread between two lines
-    string_at = ctypes.string_at
-
-    def frames() -> Optional[bytes]:
-        buf = getattr(local, "buf", None)
-        if buf is None:
-            local.array = (ctypes.c_int64 * (2 * MAX_FRAMES))()     # kept alive by the thread's local
-            buf = local.buf = ctypes.addressof(local.array)
-        n = walk(buf, MAX_FRAMES)
-        return string_at(buf, 16 * n) if n >= 0 else None
-
-    return frames
+    walk = mod.frames
+    return lambda: walk(MAX_FRAMES)
 
 
-def crc32_hex(buffer) -> str:
+def crc32_hex(buffer: Any) -> str:
     """The ``md5`` field of a tensor summary: CRC-32 of the raw bytes as 8 hex digits."""
     return f"{_crc32(buffer) & 0xFFFFFFFF:08x}"
 
@@ -150,13 +122,8 @@ def compare_range(golden_addr: int, golden_code: int, target_addr: int, target_c
                   chunk: int, rtol: float, atol: float, equal_nan: bool) -> Optional[Tuple[List[float], List[int]]]:
     """Metrics accumulators of elements [begin, end) of two float32/float64 buffers:
     (sums, counts) as laid out in compare.c, or None when the kernel is unavailable."""
-    lib = _load()
-    if lib is None:
+    mod = _load()
+    if mod is None:
         return None
-    sums = (ctypes.c_double * 10)()
-    counts = (ctypes.c_int64 * 11)()
-    counts[10] = -1
-    if lib.tsp_compare(golden_addr, golden_code, target_addr, target_code, begin, end, chunk, rtol, atol,
-                       int(bool(equal_nan)), ctypes.addressof(sums), ctypes.addressof(counts)) != 0:
-        return None
-    return list(sums), list(counts)
+    return mod.compare(golden_addr, golden_code, target_addr, target_code, begin, end, chunk, rtol, atol,
+                       bool(equal_nan))

@@ -1,8 +1,5 @@
-"""``python -m ts_core.native``: build the native statistics kernel now (make runs this)."""
-import sys
+"""``python -m ts_core.native``: say whether the native kernels are in use (make runs this after
+installing; the extension itself is built by ``pip install``, see setup.py)."""
+from . import describe
 
-from .build import build
-
-if build(verbose=True) is None:
-    print("[tsprobe] no native statistics kernel (no C compiler): the pure-framework path is used",
-          file=sys.stderr)
+print(f"[tsprobe] {describe()}")

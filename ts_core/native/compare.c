@@ -8,8 +8,9 @@
  */
 #include <stdint.h>
 #include <math.h>
+#include "kernels.h"
 
-enum { F32 = 0, F64 = 1 };
+enum { F32 = TSP_F32, F64 = TSP_F64 };
 
 typedef struct {
     double dot, gg, tt, sq, abs_sum, max_abs, max_rel, worst_score, worst_g, worst_t;

@@ -1,0 +1,52 @@
+"""msprobe's command line spelling works: ``tsprobe compare -tp TARGET -gp GOLDEN -o OUT``."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _dump(root, scale: float) -> str:
+    rank = root / "step0" / "rank"
+    rank.mkdir(parents=True)
+
+    def rec(v):
+        return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [4], "Max": v, "Min": -v,
+                "Mean": 0.0, "Norm": 2 * v, "requires_grad": False}
+    data = {f"Functional.linear.{i}.forward": {"input_args": [rec(1.0)], "input_kwargs": {},
+                                                "output": [rec(1.0 if i < 2 else scale)]} for i in range(4)}
+    (rank / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch",
+                                                "dump_data_dir": None, "data": data}))
+    return str(root / "step0")
+
+
+def _compare(*args):
+    return subprocess.run([sys.executable, "-m", "ts_core.cli", "compare", *args, "--json", "--no-html"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_msprobe_flags_give_what_the_positional_form_gives(tmp_path):
+    golden, target = _dump(tmp_path / "g", 1.0), _dump(tmp_path / "t", 3.0)
+    plain = _compare(golden, target, "-o", str(tmp_path / "a"))
+    msprobe = _compare("-tp", target, "-gp", golden, "--output_path", str(tmp_path / "b"))
+    assert plain.returncode == msprobe.returncode == 0, plain.stderr + msprobe.stderr
+    a, b = json.loads(plain.stdout), json.loads(msprobe.stdout)
+    assert a.get("first_divergence") and a["first_divergence"] == b["first_divergence"]
+    assert "linear.2" in json.dumps(a["first_divergence"])
+    twice = _compare(golden, target, "-gp", golden)
+    assert twice.returncode == 2 and "given twice" in twice.stderr
+    missing = _compare("-tp", target)
+    assert missing.returncode == 2 and "-gp GOLDEN -tp TARGET" in missing.stderr
+
+
+def test_a_note_of_every_step_is_printed_once_and_only_warnings_say_warning():
+    from types import SimpleNamespace
+
+    from ts_core.compare.text import _pair_messages
+
+    note = "cross-framework compare (pytorch vs mindspore): calls paired through the torch<->MindSpore mapping"
+    pairs = [SimpleNamespace(warnings=[note]), SimpleNamespace(warnings=[note]),
+             SimpleNamespace(warnings=[note, "target dump is marked incomplete (the run stopped early): /d"])]
+    assert _pair_messages(pairs) == [f"note: {note} (3 step/rank pairs)",
+                                     "warning: target dump is marked incomplete (the run stopped early): /d"]
