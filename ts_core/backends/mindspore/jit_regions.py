@@ -40,8 +40,12 @@ from ..structure import map_leaves
 
 try:
     from mindspore.graph.api import _JitExecutor
+    from mindspore.graph import _parse as _parse_pkg
+    from mindspore.graph._parse import parser as _parser
 except ImportError:      # pragma: no cover - MindSpore < 2.9
     from mindspore.common.api import _JitExecutor      # type: ignore
+    from mindspore._extends import parse as _parse_pkg      # type: ignore
+    from mindspore._extends.parse import parser as _parser      # type: ignore
 
 _OWN_MODULES = ("ts_core", "ts_integrations")
 # Cell attributes holding forward hooks the graph compiler reads (MindSpore 2.10's lazy dicts).
@@ -55,6 +59,12 @@ def is_ours(fn: Any) -> bool:
         fn = fn.func
     fn = getattr(fn, "__func__", fn)
     return str(getattr(fn, "__module__", "") or "").startswith(_OWN_MODULES)
+
+
+def pass_gradient(dout):
+    """What the graph compiler gets in place of a tsprobe tensor hook: the gradient unchanged
+    (the hook itself runs in PyNative, where the tensor's gradient arrives)."""
+    return dout
 
 
 def _hooks_of(t: Tensor) -> list:
@@ -126,6 +136,7 @@ class JitPatcher:
         self.runner = runner
         self.switch = switch
         self._saved: Optional[Dict[str, Any]] = None
+        self._hook_wrapper: Optional[Callable] = None
 
     @property
     def installed(self) -> bool:
@@ -161,6 +172,23 @@ class JitPatcher:
         functools.update_wrapper(compile, orig_compile)
         _JitExecutor.__call__ = __call__
         _JitExecutor.compile = compile
+        self._patch_hook_wrapper()
+
+    def _patch_hook_wrapper(self) -> None:
+        """Where a tensor hook of ours still reaches a compiler (capture_mode="bytecode": PIJit
+        compiles the hooks of the tensors it meets, and its region's inputs cannot be replaced),
+        the compiler gets ``pass_gradient``: MindSpore looks ``hook_wrapper`` up on the
+        ``_parse`` package at each use."""
+        orig = _parse_pkg.__dict__.get("hook_wrapper")
+        if orig is None:       # pragma: no cover - another MindSpore layout
+            return
+        self._hook_wrapper = orig
+
+        def hook_wrapper(hook_fn):
+            return pass_gradient if is_ours(hook_fn) else orig(hook_fn)
+        functools.update_wrapper(hook_wrapper, orig)
+        _parse_pkg.hook_wrapper = hook_wrapper
+        _parser.hook_wrapper = hook_wrapper
 
     def restore(self) -> None:
         if self._saved is None:
@@ -168,3 +196,6 @@ class JitPatcher:
         for attr, value in self._saved.items():
             setattr(_JitExecutor, attr, value)
         self._saved = None
+        if self._hook_wrapper is not None:
+            _parse_pkg.hook_wrapper = _parser.hook_wrapper = self._hook_wrapper
+            self._hook_wrapper = None
