@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from mindspore import Tensor, nn
+from mindspore import Parameter, Tensor, nn
 
 from ...dumpfmt.keys import jit_base
 from .._depth import DEPTH, internal
@@ -76,9 +76,10 @@ def _hooks_of(t: Tensor) -> list:
 
 def hide_tensor_hooks(obj: Any) -> Any:
     """`obj` with every tensor that carries a tsprobe hook replaced by an identity view of it
-    (no hook of its own); other values unchanged."""
+    (no hook of its own); other values unchanged. A Parameter stays itself (a region may
+    assign to it): its hooks reach the compiler as ``pass_gradient``."""
     def alias(v: Any) -> Any:
-        if isinstance(v, Tensor) and any(is_ours(h) for h in _hooks_of(v)):
+        if isinstance(v, Tensor) and not isinstance(v, Parameter) and any(is_ours(h) for h in _hooks_of(v)):
             with internal():
                 return v.view(v.shape)
         return v
