@@ -79,3 +79,25 @@ def reference(net: nn.Cell, x: np.ndarray) -> Dict[str, np.ndarray]:
     g_m = g_f * 2.0 * (m > 0) + g_f.sum() / m.size
     return {"h": h, "w": w, "f": f, "out": out, "g_out": g_out, "g_f": g_f,
             "g_h": g_m @ w.T, "g_w": h.T @ g_m}
+
+
+class HeadNet(nn.Cell):
+    """``fc``, then ``apply_head``: a jit function that calls a Cell it reads as a global
+    (``HEAD``, also this net's ``head``), as scripts that keep a model global do."""
+
+    def __init__(self):
+        super().__init__()
+        global HEAD
+        self.fc = nn.Dense(4, 4)
+        self.head = HEAD = nn.Dense(4, 2)
+
+    def construct(self, x):
+        return apply_head(self.fc(x))
+
+
+HEAD = None
+
+
+@ms.jit
+def apply_head(h):
+    return ops.relu(HEAD(h))

@@ -93,6 +93,22 @@ def test_jit_regions_train_bit_identical_at_every_level(dump_root, mode, level):
     assert "ts_core" not in _parse.hook_wrapper.__code__.co_filename
 
 
+def test_jit_function_calling_a_global_cell_compiles_with_its_hooks_hidden(dump_root):
+    """The Cells a jit function reads as globals are compiled with it: tsprobe's forward hooks
+    on them (L0) are out of their dicts while it compiles (else: 'Graph cycle exists'). The
+    tsprobe run comes first, so the graph is compiled under the hooks."""
+    net, x = jn.HeadNet(), jn.make_input()
+    start = {p.name: p.asnumpy().copy() for p in net.get_parameters()}
+    dbg = PrecisionDebugger(dump_path=dump_root, level="L0", task="statistics")
+    try:
+        with_tool = _train_value_and_grad(net, x, dbg)
+    finally:
+        dbg.close()
+    assert "Cell.head.Dense.parameters_grad.0" in load_dump(helpers.rank_dir(dump_root, 0))["data"]
+    helpers.load_params(net, start)
+    assert _same_bits(with_tool, _train_value_and_grad(net, x))
+
+
 def _check(summary, want, rtol=1e-5, atol=1e-6):
     assert summary["shape"] == list(want.shape)
     ref = reference_stats(want)

@@ -7,13 +7,16 @@ What MindSpore's graph compiler meets of tsprobe, and why each is hidden from it
   hooks): the compiler inlines an input tensor's ``register_hook`` functions into the graph
   (``parser.hook_wrapper``) and parses their source; ours hold ``with internal():``, on which
   the parser fails (``check_is_base_ctx``: ``issubclass() arg 1 must be a class``). Such an
-  input enters the region as a fresh identity view (made outside recording): the graph sees no
-  hook, the hook stays on the caller's tensor and runs in PyNative when the gradient reaches
-  it through the view (an identity: the same bits).
-- Forward hooks of the Cells compiled inside a jit Cell (L0/mix): the compiler compiles them
-  through ``Cell._jit_forward_pre_hook`` / JIT fallback and builds a cyclic graph with ours.
-  While the region compiles, tsprobe's hooks are taken out of those Cells' hook dicts and put
-  back, in order, right after (a compiled graph runs no Python hook anyway).
+  input enters an ast region as a fresh identity view (made outside recording): the graph sees
+  no hook, the hook stays on the caller's tensor and runs in PyNative when the gradient
+  reaches it through the view (an identity: the same bits). Where a hook of ours still reaches
+  a compiler (a Parameter input, which must stay itself; PIJit, whose inputs cannot be
+  replaced), ``hook_wrapper`` gives it ``pass_gradient``; the hook runs in PyNative.
+- Forward hooks of the Cells compiled inside an ast region (a jit Cell's sub-Cells, Cells the
+  function names or receives): the compiler compiles them (``Cell._jit_forward_pre_hook``,
+  JIT fallback) into a cyclic graph with ours. While the region compiles, tsprobe's hooks are
+  taken out of those Cells' hook dicts and put back, in order, right after (a compiled graph
+  runs no Python hook anyway).
 - API wrappers and Primitive subclasses need nothing: the parser unwraps ``__wrapped__``
   (``functools.wraps``) and treats a Primitive subclass instance as the Primitive.
 
@@ -96,6 +99,24 @@ def _cells(objs: Any) -> Iterator[nn.Cell]:
                     yield cell
 
 
+def referenced_cells(fn: Any) -> List[Any]:
+    """The Cells a region's function names (globals it reads, its closure): compiled with it."""
+    fn = getattr(fn, "__func__", fn)
+    code, out = getattr(fn, "__code__", None), []
+    if code is None:
+        return out
+    glb = getattr(fn, "__globals__", {}) or {}
+    out += [glb[n] for n in code.co_names if isinstance(glb.get(n), nn.Cell)]
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:       # an empty closure cell
+            continue
+        if isinstance(value, nn.Cell):
+            out.append(value)
+    return out
+
+
 def hide_cell_hooks(objs: Any) -> List[Tuple[dict, dict]]:
     """Take tsprobe's forward hooks out of the Cells under `objs`; returns what ``put_back``
     needs to restore each dict (all its entries, in their order)."""
@@ -163,7 +184,9 @@ class JitPatcher:
             return runner(run, jit_base(name), name, args, kwargs, False)
 
         def compile(executor, *args, **kwargs):
-            saved = hide_cell_hooks([getattr(executor, "obj", None), *args, *kwargs.values()])
+            objs = [getattr(executor, "obj", None), *referenced_cells(getattr(executor, "fn", None)), *args,
+                    *kwargs.values()]
+            saved = hide_cell_hooks(objs)
             try:
                 return orig_compile(executor, *args, **kwargs)
             finally:
