@@ -64,7 +64,7 @@ def is_ours(fn: Any) -> bool:
     return str(getattr(fn, "__module__", "") or "").startswith(_OWN_MODULES)
 
 
-def pass_gradient(dout):
+def pass_gradient(dout: Any) -> Any:
     """What the graph compiler gets in place of a tsprobe tensor hook: the gradient unchanged
     (the hook itself runs in PyNative, where the tensor's gradient arrives)."""
     return dout
