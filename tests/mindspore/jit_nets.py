@@ -16,9 +16,11 @@ from mindspore import Tensor, mint, nn, ops
 _NETS: Dict[str, type] = {}
 
 
-def net_class(mode: str) -> type:
-    """The Net class whose jit regions use ``capture_mode=mode`` (one class per mode)."""
-    if mode in _NETS:
+def net_class(mode: str, fresh: bool = False) -> type:
+    """The Net class whose jit regions use ``capture_mode=mode`` (one class per mode; `fresh`:
+    a new one, whose regions have never run: a trace region keeps the graph, and the
+    Parameters, of its first call)."""
+    if mode in _NETS and not fresh:
         return _NETS[mode]
 
     @ms.jit(capture_mode=mode)
@@ -46,13 +48,15 @@ def net_class(mode: str) -> type:
         def construct(self, x):
             return self.inner(fused(self.fc(x), self.w))
 
-    _NETS[mode] = Net
+    if not fresh:
+        _NETS[mode] = Net
     return Net
 
 
-def make_net(mode: str, seed: int = 0) -> nn.Cell:
-    """A Net with parameters drawn from numpy (the same for every mode and run)."""
-    net = net_class(mode)()
+def make_net(mode: str, seed: int = 0, cls: type = None) -> nn.Cell:
+    """A Net (of `cls`, default ``net_class(mode)``) with parameters drawn from numpy (the
+    same for every mode and run)."""
+    net = (cls or net_class(mode))()
     rng = np.random.default_rng(seed)
     for p in sorted(net.get_parameters(), key=lambda p: p.name):
         p.set_data(Tensor((rng.standard_normal(p.shape) * 0.5).astype(np.float32)))

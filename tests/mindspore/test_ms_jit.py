@@ -4,7 +4,10 @@ tsprobe on at every level, bit-identical to a run without it; ``Jit.{name}.{n}``
 capture) hold the regions' boundary values and gradients, checked against numpy; a torch
 model against its MindSpore port that uses jit compares clean, and a bug inside a jit region
 is named at its Jit record."""
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -23,6 +26,7 @@ integ = Lazy("ts_integrations.mindspore")
 ports = Lazy("tests.mindspore.ports")
 
 pytestmark = require("mindspore")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 LEVELS = ("L0", "L1", "mix")
 MODES = ("ast", "bytecode")
@@ -91,6 +95,28 @@ def test_jit_regions_train_bit_identical_at_every_level(dump_root, mode, level):
     from mindspore.graph import api, _parse
     assert "ts_core" not in api._JitExecutor.__call__.__code__.co_filename
     assert "ts_core" not in _parse.hook_wrapper.__code__.co_filename
+
+
+def test_trace_regions_are_traced_without_tsprobe_inside(tmp_path):
+    """capture_mode="trace" builds its graph from the ops its first call runs: with tsprobe's
+    taps and statistics traced in, MindSpore failed ("The node adjoint is null"). Traced with
+    tsprobe on first, then run again without it: the same bits; nothing inside is recorded.
+    In a child process started as a script: MindSpore's trace reads the source line of every
+    frame on the stack and fails on one without (pytest's, ``python -m``'s runpy frames), with
+    or without tsprobe (jit_trace._get_caller_lines)."""
+    script = os.path.join(REPO, "tests", "mindspore", "jit_trace_run.py")
+    env = dict(os.environ, TSPROBE_QUIET="1", PYTHONPATH=REPO)
+    proc = subprocess.run([sys.executable, script, str(tmp_path)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("TRACE ")), None)
+    assert proc.returncode == 0 and line, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(line[len("TRACE "):])
+    assert sorted(results) == sorted(LEVELS)
+    for level, r in results.items():
+        assert r["same_bits"] and r["depth_after"] == 0, (level, r)
+        keys = r["keys"]
+        assert not any(k.startswith("Jit.") or k.startswith("Cell.inner.fc.Dense.forward") for k in keys)
+        assert ("Cell.inner.Inner.forward.0" in keys) == (level != "L1"), (level, keys)
 
 
 def test_jit_function_calling_a_global_cell_compiles_with_its_hooks_hidden(dump_root):

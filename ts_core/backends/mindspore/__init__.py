@@ -187,6 +187,7 @@ class MindSporeBackend(Backend):
             self.pending.clear()
 
     def _end_step_impl(self) -> None:
+        self.jits.end_traces()
         self.watch.clear()
         if self.pending is not None:
             self.pending.flush()

@@ -28,7 +28,10 @@ the graph, so MindSpore exposes it). ``name`` is the function's ``__name__``, or
 class name for a decorated ``construct`` (msprobe's ``Jit.AlexNet.0.forward``). Nothing inside
 an ast region runs in PyNative, so nothing inside is recorded. ``capture_mode="bytecode"`` does
 not go through ``_JitExecutor``: what PIJit leaves to PyNative is recorded per API by the usual
-wrappers, what it compiles is not.
+wrappers, what it compiles is not. ``capture_mode="trace"`` builds its graph from the PyNative
+ops run while the function runs the first time: everything tsprobe would run there (records,
+taps, statistics ops) would be traced into the graph, so a trace region runs as tsprobe's own
+work (nothing inside recorded or tapped) and gets no record of its own.
 """
 from __future__ import annotations
 
@@ -44,11 +47,16 @@ from ..structure import map_leaves
 try:
     from mindspore.graph.api import _JitExecutor
     from mindspore.graph import _parse as _parse_pkg
+    from mindspore.graph import jit_trace as _trace_mod
     from mindspore.graph._parse import parser as _parser
 except ImportError:      # pragma: no cover - MindSpore < 2.9
     from mindspore.common.api import _JitExecutor      # type: ignore
     from mindspore._extends import parse as _parse_pkg      # type: ignore
     from mindspore._extends.parse import parser as _parser      # type: ignore
+    try:
+        from mindspore.common import jit_trace as _trace_mod      # type: ignore
+    except ImportError:
+        _trace_mod = None
 
 _OWN_MODULES = ("ts_core", "ts_integrations")
 # Cell attributes holding forward hooks the graph compiler reads (MindSpore 2.10's lazy dicts).
@@ -159,6 +167,8 @@ class JitPatcher:
         self.switch = switch
         self._saved: Optional[Dict[str, Any]] = None
         self._hook_wrapper: Optional[Callable] = None
+        self._trace: Optional[Tuple[Callable, Callable]] = None
+        self.tracing = 0          # trace regions open now (each holds one level of DEPTH)
 
     @property
     def installed(self) -> bool:
@@ -197,6 +207,36 @@ class JitPatcher:
         _JitExecutor.__call__ = __call__
         _JitExecutor.compile = compile
         self._patch_hook_wrapper()
+        self._patch_trace()
+
+    def _patch_trace(self) -> None:
+        """A trace region (between MindSpore's ``_jit_trace_begin`` and ``_jit_trace_end``,
+        module globals looked up at each call) runs at DEPTH + 1: tsprobe's wrappers and hooks
+        pass straight through while its graph is traced."""
+        if _trace_mod is None or not hasattr(_trace_mod, "_jit_trace_begin"):     # pragma: no cover
+            return
+        orig_begin, orig_end = _trace_mod._jit_trace_begin, _trace_mod._jit_trace_end
+        self._trace = (orig_begin, orig_end)
+
+        def _jit_trace_begin(*args, **kwargs):
+            new_compile = orig_begin(*args, **kwargs)
+            DEPTH.value += 1
+            self.tracing += 1
+            return new_compile
+
+        def _jit_trace_end(*args, **kwargs):
+            if self.tracing:
+                self.tracing -= 1
+                DEPTH.value -= 1
+            return orig_end(*args, **kwargs)
+        _trace_mod._jit_trace_begin, _trace_mod._jit_trace_end = _jit_trace_begin, _jit_trace_end
+
+    def end_traces(self) -> None:
+        """Give back the DEPTH of trace regions whose end never came (the traced function
+        raised): called when a step's collection pauses and at close."""
+        while self.tracing:
+            self.tracing -= 1
+            DEPTH.value -= 1
 
     def _patch_hook_wrapper(self) -> None:
         """Where a tensor hook of ours still reaches a compiler (capture_mode="bytecode": PIJit
@@ -223,3 +263,7 @@ class JitPatcher:
         if self._hook_wrapper is not None:
             _parse_pkg.hook_wrapper = _parser.hook_wrapper = self._hook_wrapper
             self._hook_wrapper = None
+        if self._trace is not None:
+            _trace_mod._jit_trace_begin, _trace_mod._jit_trace_end = self._trace
+            self._trace = None
+        self.end_traces()
