@@ -239,10 +239,10 @@ class JitPatcher:
             DEPTH.value -= 1
 
     def _patch_hook_wrapper(self) -> None:
-        """Where a tensor hook of ours still reaches a compiler (capture_mode="bytecode": PIJit
-        compiles the hooks of the tensors it meets, and its region's inputs cannot be replaced),
-        the compiler gets ``pass_gradient``: MindSpore looks ``hook_wrapper`` up on the
-        ``_parse`` package at each use."""
+        """Where a tensor hook of ours still reaches a compiler (a Parameter input of an ast
+        region; capture_mode="bytecode": PIJit compiles the hooks of the tensors it meets, and
+        its region's inputs cannot be replaced), the compiler gets ``pass_gradient``: MindSpore
+        looks ``hook_wrapper`` up on the ``_parse`` package at each use."""
         orig = _parse_pkg.__dict__.get("hook_wrapper")
         if orig is None:       # pragma: no cover - another MindSpore layout
             return
