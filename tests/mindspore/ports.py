@@ -43,6 +43,8 @@ BUGS = {
     "cnn": ("transposed_weight", "wrong_eps"),
     "transformer": ("wrong_eps", "transposed_weight", "missing_scale", "gelu_approx"),
 }
+# Ports with jit regions (ms_model's `jit`) may also get a bug inside the jit function.
+JIT_BUGS = ("wrong_scale",)
 FIRST_DIVERGENCE = {
     ("mlp", "transposed_weight"): "fc2",
     ("cnn", "transposed_weight"): "conv",
@@ -142,10 +144,31 @@ def torch_model(name: str, seed: int = 0):
 
 
 # -------------------------------------------------------------------------- MindSpore side
-def ms_model(name: str, bug: Optional[str] = None):
+def ms_model(name: str, bug: Optional[str] = None, jit: Optional[str] = None):
+    """`jit` ("ast" / "bytecode"): the transformer port computes its attention scores in a
+    ``mindspore.jit`` function (``attention_scores(q, k)``, scale included) and runs its
+    FeedForward as a jit Cell (decorated ``construct``), as MindSpore users write hot code;
+    ``wrong_scale`` (JIT_BUGS) is a bug inside that function."""
+    import mindspore as ms
     from mindspore import nn, ops
 
-    if bug is not None and bug not in BUGS[name]:
+    def maybe_jit(fn):
+        return ms.jit(fn, capture_mode=jit) if jit else fn
+
+    if bug == "wrong_scale":        # divides by head_dim instead of its square root
+        @maybe_jit
+        def attention_scores(q, k):
+            return ops.matmul(q, k.transpose(0, 1, 3, 2)) / q.shape[-1]
+    elif bug == "missing_scale":
+        @maybe_jit
+        def attention_scores(q, k):
+            return ops.matmul(q, k.transpose(0, 1, 3, 2))
+    else:
+        @maybe_jit
+        def attention_scores(q, k):
+            return ops.matmul(q, k.transpose(0, 1, 3, 2)) * q.shape[-1] ** -0.5
+
+    if bug is not None and bug not in BUGS[name] + (JIT_BUGS if jit else ()):
         raise ValueError(f"{name} has no bug {bug!r}; choose from {BUGS[name]}")
 
     class MLP(nn.Cell):
@@ -184,9 +207,12 @@ def ms_model(name: str, bug: Optional[str] = None):
             q = self.q(x).reshape(b, t, HEADS, hd).transpose(0, 2, 1, 3)
             k = self.k(x).reshape(b, t, HEADS, hd).transpose(0, 2, 1, 3)
             v = self.v(x).reshape(b, t, HEADS, hd).transpose(0, 2, 1, 3)
-            scores = ops.matmul(q, k.transpose(0, 1, 3, 2))
-            if self.scale is not None:
-                scores = scores * self.scale
+            if jit:
+                scores = attention_scores(q, k)
+            else:
+                scores = ops.matmul(q, k.transpose(0, 1, 3, 2))
+                if self.scale is not None:
+                    scores = scores * self.scale
             out = ops.matmul(self.softmax(scores), v).transpose(0, 2, 1, 3).reshape(b, t, d)
             return self.o(out)
 
@@ -197,6 +223,7 @@ def ms_model(name: str, bug: Optional[str] = None):
             self.act = nn.GELU() if bug == "gelu_approx" else nn.GELU(approximate=False)
             self.fc2 = nn.Dense(4 * D_MODEL, D_MODEL)
 
+        @maybe_jit
         def construct(self, x):
             return self.fc2(self.act(self.fc1(x)))
 
@@ -245,10 +272,12 @@ def copy_weights(tmodel, mmodel, transpose_path: Optional[str] = None) -> int:
     return copied
 
 
-def make_pair(name: str, bug: Optional[str] = None, seed: int = 0) -> Tuple[Any, Any, np.ndarray]:
-    """(torch model, MindSpore port with identical weights [and the bug], numpy input)."""
+def make_pair(name: str, bug: Optional[str] = None, seed: int = 0,
+              jit: Optional[str] = None) -> Tuple[Any, Any, np.ndarray]:
+    """(torch model, MindSpore port with identical weights [and the bug; jit regions, see
+    ms_model], numpy input)."""
     tmodel = torch_model(name, seed)
-    mmodel = ms_model(name, bug)
+    mmodel = ms_model(name, bug, jit)
     copy_weights(tmodel, mmodel, _TRANSPOSED[name] if bug == "transposed_weight" else None)
     return tmodel, mmodel, make_input(name, seed)
 
@@ -296,9 +325,9 @@ def dump_mindspore(mmodel, x: np.ndarray, dump_path: str, level: str = "L0", tas
 
 
 def dump_pair(name: str, root: str, bug: Optional[str] = None, level: str = "L0", task: str = "tensor",
-              seed: int = 0) -> Tuple[str, str]:
+              seed: int = 0, jit: Optional[str] = None) -> Tuple[str, str]:
     """Dump the torch model under ROOT/torch and its port under ROOT/mindspore; returns both rank dirs."""
-    tmodel, mmodel, x = make_pair(name, bug, seed)
+    tmodel, mmodel, x = make_pair(name, bug, seed, jit)
     return (dump_torch(tmodel, x, os.path.join(root, "torch"), level, task),
             dump_mindspore(mmodel, x, os.path.join(root, "mindspore"), level, task))
 

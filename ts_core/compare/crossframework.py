@@ -15,6 +15,12 @@ fields are ``pytorch`` and ``mindspore`` (either side may be the golden one):
   take from outside the run, the outputs no later member consumes) on each side, and the two
   merged calls pair. A group is applied only when it makes more calls pair than leaving it out
   does. These are hints: calls the mapping does not cover are paired by data flow (refine.py).
+- ``mindspore.jit`` regions: a ``Jit.{name}`` record (seed 003) stands for the calls the torch
+  side makes inside the function or module it ports; data flow merges that run of torch calls
+  into one call paired with it (forward and backward). A torch module record inside a jit Cell
+  (a Cell of class ``name`` at path P: the torch modules under P) has no MindSpore counterpart,
+  since MindSpore ran it compiled: it is marked as such (``inside_region``), never a
+  divergence by itself; the region is compared at its boundary.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..dumpfmt import FORWARD, PARAMETER, Entry, api_key, module_base, parse_key, split_module_name
+from ..dumpfmt.keys import JIT_PREFIX
 from .loader import Call
 from .matching import align, default_normalise
 from .pairs import merge
@@ -199,6 +206,37 @@ def _apply(calls: List[Call], runs: List[List[int]], label: str, names: Dict[str
     return out
 
 
+def jit_cell_paths(mcalls: List[Call]) -> Dict[str, str]:
+    """Paths of the MindSpore Cells that ran as jit regions (a Cell whose class names a ``Jit``
+    record) -> the first such record's forward key."""
+    regions: Dict[str, str] = {}
+    for c in mcalls:
+        info = parse_key(c.key)
+        if info.kind == "api" and info.prefix == JIT_PREFIX and info.direction == FORWARD:
+            regions.setdefault(info.api_name, c.key)
+    paths: Dict[str, str] = {}
+    for c in mcalls:
+        info = parse_key(c.key)
+        if info.kind == "module" and info.prefix == "Cell" and info.class_name in regions:
+            paths.setdefault(info.module_path, regions[info.class_name])
+    return paths
+
+
+def mark_inside_jit(tcalls: List[Call], paths: Dict[str, str]) -> int:
+    """Mark the torch module records under a jit Cell's path (see the module doc); returns how many."""
+    n = 0
+    for c in tcalls:
+        info = parse_key(c.key)
+        if info.kind != "module":
+            continue
+        path = info.module_path
+        region = next((paths[p] for p in paths if p and path.startswith(p + ".")), None)
+        if region is not None:
+            c.inside_region = f"ran inside a region the other side ran compiled ({region}), compared at its boundary"
+            n += 1
+    return n
+
+
 @dataclass
 class Prepared:
     golden: List[Call]
@@ -227,6 +265,7 @@ def prepare(golden: List[Call], target: List[Call], golden_fw: str, target_fw: s
     mapping = Mapping.from_data(load_mapping(mapping_path))
     tr = Translator(mapping, [c.key for c in tcalls])
     mcalls = [tr.rename_entries(c) for c in mcalls]
+    inside = mark_inside_jit(tcalls, jit_cell_paths(mcalls))
     names_t: Dict[str, str] = {}
     names_m: Dict[str, str] = {}
     t_name = lambda k: names_t.get(k, k)                       # noqa: E731
@@ -252,10 +291,12 @@ def prepare(golden: List[Call], target: List[Call], golden_fw: str, target_fw: s
         tcalls, mcalls, names_t, names_m = new_t, new_m, nt, nm
         applied.append(f"{' + '.join(g.torch)} <-> {' + '.join(g.mindspore)} "
                        f"({len(t_runs)} torch, {len(m_runs)} MindSpore)")
+    if inside:
+        applied.append(f"{inside} torch module records inside MindSpore jit Cells, compared at the Jit records")
     if ms_is_golden:
         return Prepared(mcalls, tcalls, m_name, t_name, applied)
     return Prepared(tcalls, mcalls, t_name, m_name, applied)
 
 
 __all__ = ["MAPPING_PATH", "Mapping", "Translator", "Prepared", "prepare", "load_mapping", "is_cross",
-           "framework_of", "merge"]
+           "framework_of", "merge", "jit_cell_paths", "mark_inside_jit"]

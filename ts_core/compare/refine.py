@@ -191,6 +191,9 @@ def _pair_gap(G: List[Call], T: List[Call], gs: Side, ts: Side) -> List[Tuple[in
 
 
 def _harmless_reason(call: Call, side: Side) -> Optional[str]:
+    inside = getattr(call, "inside_region", None)       # set by crossframework.prepare
+    if inside:
+        return inside
     info = side.of(call)
     if info.effect == QUERY:
         return f"a query ({info.op}) with no tensor output"

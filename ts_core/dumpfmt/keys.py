@@ -4,6 +4,7 @@ API calls   ``{Prefix}.{api}.{n}.{forward|backward}``                ``Functiona
 Modules     ``{Module|Cell}.{path}.{Class}.{forward|backward}.{n}``  ``Module.fc.Linear.forward.0``
 Param grads ``{Module|Cell}.{path}.{Class}.parameters_grad.{n}``
 Primitives  ``Primitive.{attr}.{PrimitiveClass}.{n}.{direction}``    (an API key)
+Jit regions ``Jit.{function or Cell class}.{n}.{direction}``          (an API key: ``Jit.fused.0.forward``)
 Debug save  ``{name}.{n}.debug``
 Values of a record are named by suffixes: ``KEY.input.0``, ``KEY.output.0``,
 ``KEY.parameters.weight``, ``KEY.input.eps`` (a keyword argument).
@@ -17,6 +18,7 @@ from typing import Optional, Tuple
 
 FORWARD, BACKWARD, PARAMETERS_GRAD, DEBUG, OTHER = "forward", "backward", "parameters_grad", "debug", "other"
 MODULE_PREFIXES = ("Module", "Cell")
+JIT_PREFIX = "Jit"          # a mindspore.jit region recorded at its boundary (seed 003)
 
 _API = re.compile(r"^(?P<name>.+)\.(?P<n>\d+)\.(?P<dir>forward|backward)$")
 _MODULE = re.compile(r"^(?P<name>.+)\.(?P<dir>forward|backward|parameters_grad)\.(?P<n>\d+)$")
@@ -24,6 +26,12 @@ _MODULE = re.compile(r"^(?P<name>.+)\.(?P<dir>forward|backward|parameters_grad)\
 
 def api_key(base: str, index: int, direction: str) -> str:
     return f"{base}.{index}.{direction}"
+
+
+def jit_base(name: str) -> str:
+    """``Jit.fused``: the base of a ``mindspore.jit`` region's API keys (function name, or the
+    class name of a Cell whose ``construct`` is decorated)."""
+    return f"{JIT_PREFIX}.{name}"
 
 
 def module_key(base: str, index: int, direction: str) -> str:

@@ -9,7 +9,8 @@ records a gradient; a Cell's input gradients are the sum of the per-use taps pla
 see grad_capture); a capture whose input tap never fires (MindSpore prunes branches that lead
 to no requested input) is completed at the end of the step (grad_capture.Pending); Cells that
 define ``bprop`` get their forward post hook through their ``__call__`` (bprop_cells); GRAPH_MODE
-runs no Python hook, which ``install`` warns about.
+runs no Python hook, which ``install`` warns about; ``mindspore.jit`` regions compile without
+seeing tsprobe and are recorded at their boundary (jit_regions).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from ._runtime import grad_recording, is_pynative, warm_up
 from .api_hooks import ApiPatcher
 from .bprop_cells import has_bprop, register_post_hook
 from .grad_capture import CellCapture, CellWatch, GradCapture, InputTap, Pending, flat_tensors
+from .jit_regions import JitPatcher
 from .primitive_hooks import PrimitivePatcher
 from .tensors import FLOATING, MindSporeAdapter
 
@@ -57,9 +59,13 @@ class MindSporeBackend(Backend):
         self.pending: Optional[Pending] = Pending() if self.want_backward else None
         self.watch = CellWatch()
         self.primitives = PrimitivePatcher(self._run_primitive, switch)
+        # mindspore.jit regions: compiled without seeing tsprobe at every level, recorded as
+        # Jit.{name}.{n} at the API levels (jit_regions).
+        self.jits = JitPatcher(self.api_runner, switch)
         self._warned_graph = False
 
     def _check_runtime_impl(self) -> None:
+        self.jits.install()      # every install passes here first: before a hook or wrapper meets a jit region
         if not is_pynative() and not self._warned_graph:
             self._warned_graph = True
             warnings.warn("tsprobe: MindSpore is in GRAPH_MODE; Python hooks do not run inside compiled "
@@ -181,12 +187,14 @@ class MindSporeBackend(Backend):
             self.pending.clear()
 
     def _end_step_impl(self) -> None:
+        self.jits.end_traces()
         self.watch.clear()
         if self.pending is not None:
             self.pending.flush()
 
     def _close_impl(self) -> None:
         self.primitives.restore()
+        self.jits.restore()
         self.watch.clear()
         if self.pending is not None:
             self.pending.clear()
