@@ -186,7 +186,8 @@ def differences(a: dict, b: dict) -> list:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--stack", required=True)
-    ap.add_argument("--runs", required=True, help="comma-separated LEVEL:SUMMARY (summary: statistics, md5, tensor)")
+    ap.add_argument("--runs", required=True,
+                    help="comma-separated LEVEL:SUMMARY (summary: statistics, md5, tensor, async)")
     ap.add_argument("--dump-root", required=True)
     ap.add_argument("--report", required=True)
     args = ap.parse_args()
@@ -205,7 +206,7 @@ def main() -> None:
     for run in filter(None, args.runs.split(",")):
         level, summary = run.split(":")
         task = "tensor" if summary == "tensor" else "statistics"
-        extra = {"summary_mode": "md5"} if summary == "md5" else {}
+        extra = {"md5": {"summary_mode": "md5"}, "async": {"async_dump": True}}.get(summary, {})
         dump = os.path.join(args.dump_root, f"{level}-{summary}")
         entry = {"dump": dump}
         try:

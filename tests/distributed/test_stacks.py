@@ -25,10 +25,10 @@ pytestmark = pytest.mark.slow
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stack_worker.py")
 # stack -> (processes, LEVEL:SUMMARY runs); every level and summary is covered by some stack
 STACKS = {
-    "fsdp2": (2, "L0:statistics,L1:md5,mix:tensor"),
+    "fsdp2": (2, "L0:statistics,L1:md5,mix:tensor,mix:async"),
     "fsdp2-noreshard": (2, "mix:statistics"),
     "fsdp2-bf16": (2, "mix:md5"),
-    "tp": (2, "L0:md5,L1:statistics,mix:tensor"),
+    "tp": (2, "L0:md5,L1:statistics,mix:tensor,mix:async"),
     "tp-sp": (2, "mix:statistics"),
     "2d": (4, "mix:statistics"),
     "ddp": (2, "mix:md5"),
