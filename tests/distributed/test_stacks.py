@@ -34,7 +34,9 @@ STACKS = {
     "ddp": (2, "mix:md5"),
     "fsdp2-ckpt": (2, "mix:statistics"),              # non-reentrant activation checkpointing
     "ddp-ckpt-autocast": (2, "L1:statistics,mix:md5"),  # reentrant checkpointing, bf16 autocast
+    "fsdp2-pure": (2, "L0:statistics,mix:async"),       # without the native kernels: torch ops only
 }
+PURE = "-pure"          # the stack without the suffix, run with TSPROBE_NATIVE=0
 
 
 def _gpus() -> int:
@@ -56,9 +58,11 @@ def job(request, tmp_path_factory):
     nproc, runs = STACKS[stack]
     root = tmp_path_factory.mktemp(stack)
     report = root / "report.json"
+    pure = stack.endswith(PURE)
     run([python(), "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
-         str(free_port()), WORKER, "--stack", stack, "--runs", runs, "--dump-root", str(root / "dump"),
-         "--report", str(report)], timeout=420, cwd=str(root))
+         str(free_port()), WORKER, "--stack", stack.removesuffix(PURE), "--runs", runs, "--dump-root",
+         str(root / "dump"), "--report", str(report)], timeout=420, cwd=str(root),
+        env_extra={"TSPROBE_NATIVE": "0"} if pure else None)
     with open(report) as f:
         return stack, nproc, json.load(f)
 

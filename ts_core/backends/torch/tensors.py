@@ -283,7 +283,7 @@ class TorchAdapter:
             if type(h) in HOST_ROW:
                 out[i] = h                   # already on the host
             else:
-                groups.setdefault((h.device, h.dtype), []).append(i)
+                groups.setdefault((h.device, h.dtype, h.numel()), []).append(i)    # shard rows have 6
         for idx in groups.values():
             unique = {id(handles[i]): handles[i] for i in idx}
             rows = dict(zip(unique, torch.stack(list(unique.values())).cpu().tolist()))
