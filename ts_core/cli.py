@@ -34,6 +34,10 @@ def _add_compare(sub) -> None:
     p.add_argument("--no-html", action="store_true", help="skip report.html")
     p.add_argument("--json", action="store_true", help="print summary.json content instead of the table")
     p.add_argument("--fail-on-divergence", action="store_true", help="exit with status 1 when a divergence is found")
+    p.add_argument("--rank-map", metavar="SPEC",
+                   help="1 rank against N (single run vs DDP/FSDP2/TP): 'same' (every rank saw the single run's "
+                        "batch: compared rank by rank), 'split' (each saw a shard: merged across ranks) or the "
+                        "target ranks to compare, e.g. 0,1 (default: decided from the data)")
     p.set_defaults(func=_run_compare)
 
 
@@ -53,7 +57,7 @@ def _run_compare(args: argparse.Namespace) -> int:
 
     result = compare(args.golden, args.target, args.output, rtol=args.rtol, atol=args.atol,
                      stats_only=args.stats_only, equal_nan=not args.nan_differs, workers=args.workers,
-                     html=not args.no_html, verbose=not args.json)
+                     html=not args.no_html, verbose=not args.json, rank_map=args.rank_map)
     if args.json:
         print(json.dumps(result.summary(), indent=2))
     return 1 if (args.fail_on_divergence and result.first_divergence) else 0
