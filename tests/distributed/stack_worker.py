@@ -151,7 +151,8 @@ def full(t):
 
 def perturb(model: nn.Module, name: str) -> None:
     """A planted bug on this rank only: its (local shard of the) parameter `name` scaled by 1.01."""
-    p = dict(model.named_parameters())[name]
+    params = dict(model.named_parameters())
+    p = params.get(name, params.get("module." + name))      # DDP's wrapper adds "module."
     with torch.no_grad():
         (p.to_local() if hasattr(p, "to_local") else p).mul_(1.01)
 

@@ -78,6 +78,11 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
         options={"stats_only": stats_only, "equal_nan": equal_nan,
                  "normalise": getattr(normalise, "__name__", str(normalise)),
                  "crossframework": crossframework, "mapping": opts.mapping})
+    if layout is not None:          # a view stands for its target rank
+        for p, (_, t) in zip(results, pairs):
+            p.rank = t.rank
+            for row in p.rows:
+                row.rank = t.rank
     if len({p.rank for p in results}) > 1:      # many ranks: one merged summary over them
         result.ranks = rank_summary(result)
     if layout is not None:
