@@ -270,8 +270,28 @@ def _run_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_check_replicas(sub) -> None:
+    p = sub.add_parser("check-replicas", help="values that must be equal on every rank (replicated parameters, "
+                                              "reduced gradients, Replicate() DTensors), checked across ranks",
+                       description="Per step of DUMP (a dump root or step folder with rank0..rankN): the "
+                                   "replicated values whose recorded statistics differ across ranks, and the "
+                                   "first one, with the ranks holding each version. Exit status 1 when any differs.")
+    p.add_argument("dump", help="a dump root or step folder")
+    p.add_argument("--rtol", type=float, default=0.0, help="relative tolerance (default 0: replicas are copies)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_run_check_replicas)
+
+
+def _run_check_replicas(args: argparse.Namespace) -> int:
+    from ts_core.compare.replicas import check_replicas, replicas_text
+
+    report = check_replicas(args.dump, rtol=args.rtol)
+    print(json.dumps(report, indent=2) if args.json else replicas_text(report))
+    return 1 if any(s["mismatches"] for s in report["steps"]) else 0
+
+
 _COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_acc_check, _add_merge, _add_config_check,
-                             _add_config]
+                             _add_config, _add_check_replicas]
 
 
 def version_text() -> str:

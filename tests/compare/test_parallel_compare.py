@@ -176,3 +176,17 @@ def test_single_vs_fsdp2_sharded_gradients_merge_and_agree(dumps, tmp_path):
 def test_single_vs_fsdp2_is_faithful(dumps, tmp_path):
     result = _compare(dumps, "single-of-2", "fsdp2", tmp_path)
     assert _errors(result) == [] and result.first_divergence is None
+
+
+@pytestmark_slow
+def test_check_replicas_names_the_parameter_a_rank_holds_apart(dumps):
+    from ts_core.compare.replicas import check_replicas
+
+    faithful = check_replicas(dumps("tp"))          # replicated norms, Replicate() DTensors
+    assert all(s["checked"] > 10 and s["mismatches"] == 0 and s["first"] is None for s in faithful["steps"])
+    bug = check_replicas(dumps("ddp-same-bug"))
+    first = bug["steps"][0]["first"]
+    assert first["value"] == "Module.module.blocks.0.up.Linear.forward.0.parameters.weight"
+    assert sorted(v["ranks"] for v in first["versions"]) == [["rank0"], ["rank1"]]
+    rank0, rank1 = sorted(first["versions"], key=lambda v: v["ranks"])
+    assert rank1["Max"] == pytest.approx(rank0["Max"] * 1.01, rel=1e-6)    # the planted 1.01

@@ -114,6 +114,10 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
                     f"values scaled by 1/{n} (each rank's loss averages its own shard); replicated values "
                     "(parameters, reduced gradients) compared rank by rank")
     text.append("  values: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    from .replicas import check_units, replicas_text
+
+    replicas = check_units([u for us in t_steps.values() for u in us])
+    text.extend("  replicas " + line for line in replicas_text(replicas).splitlines())
     return Layout(rule, pairs, text, counts)
 
 
