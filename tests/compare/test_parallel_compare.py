@@ -16,7 +16,7 @@ from ts_core.compare.layouts import MERGED, SAME, SPLIT, build_view, detect
 from ts_core.compare.verdict import ERROR
 from ts_core.dumpfmt import reference_stats
 
-from tests.integrations._helpers import free_port, python, run
+from tests.integrations._helpers import RECIPES, ROOT, free_port, python, run
 
 WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "distributed", "stack_worker.py")
 
@@ -84,6 +84,7 @@ JOBS = {  # name -> (processes, worker arguments)
     "tp-bug": (2, ["--stack", "tp", "--bug", "1:blocks.0.up.weight"]),
     "ddp": (2, ["--stack", "ddp"]),
     "ddp-same-bug": (2, ["--stack", "ddp", "--same-data", "--bug", "1:blocks.0.up.weight"]),
+    "ddp-bug": (2, ["--stack", "ddp", "--bug", "1:blocks.0.up.weight"]),
     "fsdp2": (2, ["--stack", "fsdp2"]),
 }
 
@@ -160,6 +161,19 @@ def test_ddp_bug_on_one_rank_is_named_at_its_op_and_rank(dumps, tmp_path):
 
 
 @pytestmark_slow
+def test_ddp_split_batch_bug_on_one_rank_is_named_at_its_op_and_rank(dumps, tmp_path):
+    """Split batch: the activations are merged across ranks (both views see the difference), the
+    perturbed parameter is rank1's own value: rank1 is named."""
+    result = _compare(dumps, "single-of-2", "ddp-bug", tmp_path)
+    assert result.options["layout"]["rule"] == SPLIT
+    assert result.first_divergence is not None and result.first_divergence.key == "Functional.linear.0.forward"
+    assert any(line.startswith("step 0: first divergence Functional.linear.0.forward on rank1")
+               for line in result.options["layout"]["text"])
+    assert any(line.startswith("  replicas step 0: 1 of") and "blocks.0.up.Linear.forward.0.parameters.weight" in line
+               for line in result.options["layout"]["text"])
+
+
+@pytestmark_slow
 def test_single_vs_fsdp2_sharded_gradients_merge_and_agree(dumps, tmp_path):
     """FSDP2's Shard(0) gradients merged across ranks agree with the single run's gradients."""
     result = _compare(dumps, "single-of-2", "fsdp2", tmp_path)
@@ -190,3 +204,12 @@ def test_check_replicas_names_the_parameter_a_rank_holds_apart(dumps):
     assert sorted(v["ranks"] for v in first["versions"]) == [["rank0"], ["rank1"]]
     rank0, rank1 = sorted(first["versions"], key=lambda v: v["ranks"])
     assert rank1["Max"] == pytest.approx(rank0["Max"] * 1.01, rel=1e-6)    # the planted 1.01
+
+
+@pytestmark_slow
+def test_recipe_names_the_rank_whose_replica_drifted(tmp_path):
+    out = run([python(), os.path.join(RECIPES, "parallel_compare_recipe.py"), "--bad-rank", "1", "--dump-path",
+               str(tmp_path / "dump")], timeout=300, cwd=str(tmp_path), env_extra={"PYTHONPATH": ROOT}).stdout
+    assert "layout: 1 rank against 2 (split-batch" in out
+    assert "step 0: first divergence Functional.linear.0.forward on rank1" in out
+    assert "replicas step 0: 1 of 8 replicated values differ" in out
