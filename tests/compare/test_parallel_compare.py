@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ts_core.compare import compare
+from ts_core.compare.errors import DumpFormatError
 from ts_core.compare.layouts import MERGED, SAME, SPLIT, build_view, detect
 from ts_core.compare.verdict import ERROR
 from ts_core.dumpfmt import reference_stats
@@ -125,6 +126,21 @@ def test_single_vs_tp_is_faithful(dumps, tmp_path):
     assert _errors(result) == [] and result.first_divergence is None
     assert sorted({p.rank for p in result.pairs}) == ["rank0", "rank1"]
     assert any("no divergence on any rank" in line and "reduction-order noise" in line for line in layout["text"])
+
+
+@pytestmark_slow
+def test_tp_as_golden_against_single_and_rank_map(dumps, tmp_path):
+    """The many-rank run may be the golden side; --rank-map forces the rule and picks ranks."""
+    result = compare(dumps("tp"), dumps("single"), tmp_path / "rev", html=False, verbose=False, workers=1)
+    assert result.options["layout"]["rule"] == SAME and result.options["layout"]["text"][0].startswith(
+        "layout: 2 ranks against 1")
+    assert _errors(result) == [] and sorted({p.rank for p in result.pairs}) == ["rank0", "rank1"]
+    only1 = _compare(dumps, "single", "tp", tmp_path, rank_map="1")
+    assert {p.rank for p in only1.pairs} == {"rank1"} and "forced by --rank-map" in only1.options["layout"]["text"][0]
+    with pytest.raises(DumpFormatError, match="--rank-map"):
+        compare(dumps("tp"), dumps("tp"), None, verbose=False, rank_map="same")
+    with pytest.raises(DumpFormatError, match="expected same, split"):
+        _compare(dumps, "single", "tp", tmp_path, rank_map="rank1")
 
 
 @pytestmark_slow

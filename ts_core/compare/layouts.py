@@ -49,6 +49,12 @@ class Layout:
     pairs: List[Tuple[DumpUnit, DumpUnit]]
     text: List[str] = field(default_factory=list)
     counts: Dict[str, int] = field(default_factory=dict)
+    view_side: int = 1          # which member of each pair is the view (0: golden, 1: target)
+
+
+def applies_either_way(golden: List[DumpUnit], target: List[DumpUnit]) -> bool:
+    """A single run on one side, a many-rank one on the other."""
+    return applies(golden, target) or applies(target, golden)
 
 
 def applies(golden: List[DumpUnit], target: List[DumpUnit]) -> bool:
@@ -77,14 +83,17 @@ def parse_rank_map(spec: Optional[str]) -> Tuple[Optional[str], Optional[List[in
 
 def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
          rank_map: Optional[str] = None) -> Layout:
-    """Write the views of the target ranks under `work_dir` and pair them with the golden units."""
+    """Write the views of the ranks of the many-rank side under `work_dir` and pair each with the
+    single run (the single run may be the golden or the target side)."""
     forced, only = parse_rank_map(rank_map)
+    reverse = not applies(golden, target) and applies(target, golden)
+    single, many = (target, golden) if reverse else (golden, target)
     t_steps: Dict[Optional[int], List[DumpUnit]] = {}
-    for u in target:
+    for u in many:
         t_steps.setdefault(u.step, []).append(u)
     pairs: List[Tuple[DumpUnit, DumpUnit]] = []
     rules, counts, text = set(), {}, []
-    for g in golden:
+    for g in single:
         units = sorted(t_steps.get(g.step, []), key=lambda u: rank_number(u.rank))
         if not units:
             continue
@@ -100,12 +109,13 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
             for k, v in c.items():
                 counts[k] = counts.get(k, 0) + v
             out = work_dir / (u.json_path.parent.parent.name if u.step is not None else "step") / u.rank
-            pairs.append((g, _write_view(doc, view, u, out)))
+            v_unit = _write_view(doc, view, u, out)
+            pairs.append((v_unit, g) if reverse else (g, v_unit))
     rule = "/".join(sorted(rules)) or SAME
-    n = len({u.rank for u in target})
+    n = len({u.rank for u in many})
     why = "forced by --rank-map" if forced else "decided from the data: the first tensor input " + \
         ("is equal on every rank" if rule == SAME else "differs across ranks")
-    text.append(f"layout: 1 rank against {n} ({rule}, {why})")
+    text.append(f"layout: {f'{n} ranks against 1' if reverse else f'1 rank against {n}'} ({rule}, {why})")
     if rule == SAME:
         text.append("  each rank is compared with the single run; sharded values (DTensor, tiles of the single "
                     "run's shape) are merged across ranks first")
@@ -118,7 +128,7 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
 
     replicas = check_units([u for us in t_steps.values() for u in us])
     text.extend("  replicas " + line for line in replicas_text(replicas).splitlines())
-    return Layout(rule, pairs, text, counts)
+    return Layout(rule, pairs, text, counts, view_side=1 - int(reverse))
 
 
 # ---------------------------------------------------------------- reading
@@ -323,7 +333,7 @@ def _merged_row(view_path: str, key: str, arg: str) -> bool:
     return False
 
 
-def attribute(result) -> List[str]:
+def attribute(result, view_side: int = 1) -> List[str]:
     """Lines naming, per step, the first divergence and the rank it belongs to: a rank whose
     first failing value is its own (not merged across ranks) and that comes first."""
     from .verdict import ERROR
@@ -340,7 +350,9 @@ def attribute(result) -> List[str]:
                 continue
             bad = [row for row in p.rows if row.verdict == ERROR and (row.target_key or row.golden_key)
                    and (row.golden_key == fd.key or row.target_key == fd.target_key)]
-            own = [row for row in bad if not _merged_row(p.target, row.target_key or fd.key, row.arg)]
+            view = p.target if view_side else p.golden
+            vkey = (lambda row: row.target_key or fd.key) if view_side else (lambda row: row.golden_key or fd.key)
+            own = [row for row in bad if not _merged_row(view, vkey(row), row.arg)]
             order = min((row.order for row in bad), default=1 << 30)
             found.append((0 if own else 1, order, p.rank, fd, own[0].name if own else None))
         label = "" if step is None else f"step {step}: "
