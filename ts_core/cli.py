@@ -34,6 +34,10 @@ def _add_compare(sub) -> None:
     p.add_argument("--no-html", action="store_true", help="skip report.html")
     p.add_argument("--json", action="store_true", help="print summary.json content instead of the table")
     p.add_argument("--fail-on-divergence", action="store_true", help="exit with status 1 when a divergence is found")
+    p.add_argument("--rank-map", metavar="SPEC",
+                   help="1 rank against N (single run vs DDP/FSDP2/TP): 'same' (every rank saw the single run's "
+                        "batch: compared rank by rank), 'split' (each saw a shard: merged across ranks) or the "
+                        "target ranks to compare, e.g. 0,1 (default: decided from the data)")
     p.set_defaults(func=_run_compare)
 
 
@@ -53,7 +57,7 @@ def _run_compare(args: argparse.Namespace) -> int:
 
     result = compare(args.golden, args.target, args.output, rtol=args.rtol, atol=args.atol,
                      stats_only=args.stats_only, equal_nan=not args.nan_differs, workers=args.workers,
-                     html=not args.no_html, verbose=not args.json)
+                     html=not args.no_html, verbose=not args.json, rank_map=args.rank_map)
     if args.json:
         print(json.dumps(result.summary(), indent=2))
     return 1 if (args.fail_on_divergence and result.first_divergence) else 0
@@ -266,8 +270,28 @@ def _run_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_check_replicas(sub) -> None:
+    p = sub.add_parser("check-replicas", help="values that must be equal on every rank (replicated parameters, "
+                                              "reduced gradients, Replicate() DTensors), checked across ranks",
+                       description="Per step of DUMP (a dump root or step folder with rank0..rankN): the "
+                                   "replicated values whose recorded statistics differ across ranks, and the "
+                                   "first one, with the ranks holding each version. Exit status 1 when any differs.")
+    p.add_argument("dump", help="a dump root or step folder")
+    p.add_argument("--rtol", type=float, default=0.0, help="relative tolerance (default 0: replicas are copies)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_run_check_replicas)
+
+
+def _run_check_replicas(args: argparse.Namespace) -> int:
+    from ts_core.compare.replicas import check_replicas, replicas_text
+
+    report = check_replicas(args.dump, rtol=args.rtol)
+    print(json.dumps(report, indent=2) if args.json else replicas_text(report))
+    return 1 if any(s["mismatches"] for s in report["steps"]) else 0
+
+
 _COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_acc_check, _add_merge, _add_config_check,
-                             _add_config]
+                             _add_config, _add_check_replicas]
 
 
 def version_text() -> str:

@@ -64,6 +64,15 @@ def batch(step: int, rank: int, same_data: bool) -> tuple:
     return tokens, torch.roll(tokens, -1, dims=1)
 
 
+def single_batch(step: int, ranks: int) -> tuple:
+    """The single-device twin of a data-parallel job over `ranks` ranks that each saw their own
+    batch: the ranks' batches concatenated (``ranks`` 1: the batch every rank saw)."""
+    if ranks == 1:
+        return batch(step, 0, True)
+    parts = [batch(step, r, False) for r in range(ranks)]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
 def build(stack: str, world: int, model: Optional[TinyLM] = None):
     """The model (default: a tiny one) as the stack wraps it, and whether every rank sees the
     same batch (TP: yes)."""
@@ -71,6 +80,8 @@ def build(stack: str, world: int, model: Optional[TinyLM] = None):
 
     torch.manual_seed(0)
     model = model if model is not None else TinyLM()
+    if stack == "single":         # one process, no process group: the twin of the parallel runs
+        return model, True
     if stack == "ddp":
         return nn.parallel.DistributedDataParallel(model), False
     if stack == "ddp-ckpt-autocast":      # reentrant checkpointing needs DDP's static graph
@@ -138,12 +149,25 @@ def full(t):
     return t.detach().clone()
 
 
-def train(stack: str, world: int, rank: int, debugger=None) -> dict:
-    model, same_data = build(stack, world)
+def perturb(model: nn.Module, name: str) -> None:
+    """A planted bug on this rank only: its (local shard of the) parameter `name` scaled by 1.01."""
+    params = dict(model.named_parameters())
+    p = params.get(name, params.get("module." + name))      # DDP's wrapper adds "module."
+    with torch.no_grad():
+        (p.to_local() if hasattr(p, "to_local") else p).mul_(1.01)
+
+
+def train(stack: str, world: int, rank: int, debugger=None, same_data: Optional[bool] = None,
+          single_of: int = 1, bug: Optional[str] = None) -> dict:
+    model, stack_same = build(stack, world)
+    same_data = stack_same if same_data is None else same_data
+    if bug:
+        perturb(model, bug)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     losses, grads = [], {}
     for step in range(STEPS):
-        tokens, labels = (t.to(DEVICE) for t in batch(step, rank, same_data))
+        data = single_batch(step, single_of) if stack == "single" else batch(step, rank, same_data)
+        tokens, labels = (t.to(DEVICE) for t in data)
         if debugger is not None:
             debugger.start(model)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=stack.endswith("autocast")):
@@ -190,19 +214,28 @@ def main() -> None:
                     help="comma-separated LEVEL:SUMMARY (summary: statistics, md5, tensor, async)")
     ap.add_argument("--dump-root", required=True)
     ap.add_argument("--report", required=True)
+    ap.add_argument("--same-data", action="store_true", help="every rank sees the same batch (DDP)")
+    ap.add_argument("--single-of", type=int, default=1,
+                    help="stack single: the twin of a data-parallel job over N ranks with their own batches")
+    ap.add_argument("--bug", default="", help="RANK:PARAM: perturb PARAM's local shard on RANK only")
     args = ap.parse_args()
 
     global DEVICE
     if args.stack == "fsdp1":
         DEVICE = f"cuda:{int(os.environ['LOCAL_RANK'])}"
         torch.cuda.set_device(DEVICE)
-    dist.init_process_group("nccl" if args.stack == "fsdp1" else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    single = args.stack == "single"
+    if not single:
+        dist.init_process_group("nccl" if args.stack == "fsdp1" else "gloo")
+    rank, world = (0, 1) if single else (dist.get_rank(), dist.get_world_size())
     torch.set_num_threads(1)
     from ts_core import PrecisionDebugger
 
+    bug_rank, _, bug = args.bug.partition(":")
+    kw = {"same_data": True if args.same_data else None, "single_of": args.single_of,
+          "bug": bug if bug and int(bug_rank) == rank else None}
     report = {"stack": args.stack, "world": world, "runs": {}}
-    baseline = train(args.stack, world, rank)
+    baseline = train(args.stack, world, rank, **kw)
     for run in filter(None, args.runs.split(",")):
         level, summary = run.split(":")
         task = "tensor" if summary == "tensor" else "statistics"
@@ -212,7 +245,7 @@ def main() -> None:
         try:
             debugger = PrecisionDebugger(dump_path=dump, task=task, level=level, step=list(range(STEPS)), **extra)
             with contextlib.closing(debugger):
-                result = train(args.stack, world, rank, debugger)
+                result = train(args.stack, world, rank, debugger, **kw)
             entry["differences"] = differences(baseline, result)
             if rank == 0:       # the last step's full gradients: the reference for merged shard statistics
                 np.savez(dump + ".grads.npz", **{n: g.float().cpu().numpy() for n, g in result["grads"].items()
@@ -220,7 +253,13 @@ def main() -> None:
         except Exception:
             entry["error"] = traceback.format_exc()
         report["runs"][run] = entry
-        dist.barrier()
+        if not single:
+            dist.barrier()
+    if single:
+        with open(args.report, "w") as f:
+            json.dump([report], f, indent=1)
+        sys.stdout.flush()
+        os._exit(0)
     gathered = [None] * world
     dist.all_gather_object(gathered, report)
     if rank == 0:

@@ -4,11 +4,13 @@ from __future__ import annotations
 import os
 import pickle
 import sys
+import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
 
 from ..dumpfmt import DumpUnit, rank_number, write_json_atomic
+from . import layouts
 from .engine import Options, compare_pair
 from .errors import DumpFormatError
 from .html import write_html
@@ -28,7 +30,7 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
             equal_nan: bool = True, workers: Optional[int] = None, html: bool = True,
             verbose: bool = True, progress: Optional[bool] = None,
             normalise: Callable[[str], str] = default_normalise, crossframework: Optional[bool] = None,
-            mapping: Optional[os.PathLike | str] = None) -> CompareResult:
+            mapping: Optional[os.PathLike | str] = None, rank_map: Optional[str] = None) -> CompareResult:
     """Compare two dumps and name the first call that diverged.
 
     ``golden``/``target``: a dump root (``step*/rank*``), a step folder, a rank folder or a
@@ -39,10 +41,23 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
     ``crossframework``: pair a PyTorch dump with a MindSpore one through the torch<->MindSpore
     mapping (``mapping``: its yaml file, default ``torch_mapping.yaml``); ``None`` decides from
     the dumps' ``framework`` fields, ``False`` never maps.
+    A 1-rank golden against an N-rank target (a single-device run against its DDP, FSDP2 or TP
+    twin) is compared through rank layouts (layouts.py); ``rank_map`` (``same``, ``split`` or
+    target ranks ``0,1``) overrides the layout decided from the data.
     """
     opts = Options(rtol=rtol, atol=atol, stats_only=stats_only, equal_nan=equal_nan, normalise=normalise,
                    crossframework=crossframework, mapping=str(mapping) if mapping is not None else None)
-    pairs, lone_g, lone_t = pair_units(find_dumps(golden), find_dumps(target))
+    g_units, t_units = find_dumps(golden), find_dumps(target)
+    pairs, lone_g, lone_t = pair_units(g_units, t_units)
+    views = layout = None
+    if rank_map and not layouts.applies_either_way(g_units, t_units):
+        raise DumpFormatError(f"--rank-map {rank_map}: applies to a 1-rank dump against a many-rank one; "
+                              f"{golden} has {_labels(g_units)}, {target} has {_labels(t_units)}")
+    if rank_map or (not pairs and layouts.applies_either_way(g_units, t_units)):
+        views = tempfile.TemporaryDirectory(prefix="tsprobe-layout-") if output_dir is None else None
+        layout = layouts.plan(g_units, t_units, Path(views.name if views else Path(output_dir) / "layout_views"),
+                              rank_map)
+        pairs, lone_g, lone_t = layout.pairs, [], []
     if not pairs:
         raise DumpFormatError(f"nothing to compare: no step/rank of {golden} ({_labels(lone_g)}) matches one "
                               f"of {target} ({_labels(lone_t)})")
@@ -66,12 +81,24 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
         options={"stats_only": stats_only, "equal_nan": equal_nan,
                  "normalise": getattr(normalise, "__name__", str(normalise)),
                  "crossframework": crossframework, "mapping": opts.mapping})
+    if layout is not None:          # a view stands for its target rank
+        for p, units in zip(results, pairs):
+            p.rank = units[layout.view_side].rank
+            for row in p.rows:
+                row.rank = p.rank
     if len({p.rank for p in results}) > 1:      # many ranks: one merged summary over them
         result.ranks = rank_summary(result)
+    if layout is not None:
+        result.options["layout"] = {"rule": layout.rule, "values": layout.counts,
+                                    "text": layout.text + layouts.attribute(result, layout.view_side)}
+        if views is not None:
+            views.cleanup()
     if output_dir is not None:
         write_outputs(result, Path(output_dir), html=html)
     if verbose:
         print(terminal_text(result), file=sys.stdout)
+        if layout is not None:
+            print("\n".join(result.options["layout"]["text"]), file=sys.stdout)
     return result
 
 

@@ -1,0 +1,370 @@
+"""Compare a single-device run with its data- or tensor-parallel twin (1 rank against N).
+
+The N-rank dump is turned into one *view* per rank, a dump.json written next to the compare
+output, whose values are comparable with the single run's:
+
+* a DTensor value (``dtensor`` block) is replaced by its global statistics merged across the
+  mesh (``merge_shards``); a ``Partial`` one (a pending sum) keeps only what the shards
+  determine, the Mean (the sum of the shards' sums over the global count);
+* a plain value whose shape is a tile of the single run's (the ranks' shapes concatenated along
+  one dimension give it: a batch shard under DDP/FSDP2, a column-parallel output under TP) is
+  merged across ranks: counts and sums add (``sum = Mean*count``, ``sum_sq = Norm**2``), Max/Min
+  combine;
+* in a *split batch* layout (each rank saw its own part of the batch), a backward value is also
+  scaled by 1/N: each rank's loss is the mean over its 1/N of the batch, so the gradients a rank
+  computes before the all-reduce are N times the single run's; a backward value the single run
+  has in the same shape (a local weight gradient before the all-reduce) is the ranks' average,
+  of which only the Mean is known; a scalar (the loss) is the ranks' average;
+* any other value is the rank's own (replicated values: parameters, reduced gradients; every
+  value in a *same batch* layout), so a rank whose replica differs is named.
+
+Which layout is in force is decided from the data (the first tensor input recorded on each rank:
+equal on every rank means the ranks saw the same batch) unless ``--rank-map`` says; it is
+printed. A merged value carries ``"layout": "merged"`` in its view, so a divergence found on
+it is reported as belonging to no single rank.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..dumpfmt import DTENSOR, DumpUnit, is_tensor_summary, merge_shards, parse_key, rank_number
+from .errors import DumpFormatError
+
+SAME, SPLIT = "same-batch", "split-batch"
+MERGED, OWN = "merged", "own"
+_STATS = ("Max", "Min", "Mean", "Norm")
+
+
+@dataclass
+class Layout:
+    """The pairs to compare (golden unit, view of one target rank) and the rule, in words."""
+
+    rule: str
+    pairs: List[Tuple[DumpUnit, DumpUnit]]
+    text: List[str] = field(default_factory=list)
+    counts: Dict[str, int] = field(default_factory=dict)
+    view_side: int = 1          # which member of each pair is the view (0: golden, 1: target)
+
+
+def applies_either_way(golden: List[DumpUnit], target: List[DumpUnit]) -> bool:
+    """A single run on one side, a many-rank one on the other."""
+    return applies(golden, target) or applies(target, golden)
+
+
+def applies(golden: List[DumpUnit], target: List[DumpUnit]) -> bool:
+    """One rank on the golden side per step, several numbered ranks on the target side."""
+    g_steps: Dict[Optional[int], int] = {}
+    t_steps: Dict[Optional[int], List[DumpUnit]] = {}
+    for u in golden:
+        g_steps[u.step] = g_steps.get(u.step, 0) + 1
+    for u in target:
+        t_steps.setdefault(u.step, []).append(u)
+    common = set(g_steps) & set(t_steps)
+    return bool(common) and all(g_steps[s] == 1 and len(t_steps[s]) > 1
+                                and all(rank_number(u.rank) is not None for u in t_steps[s]) for s in common)
+
+
+def parse_rank_map(spec: Optional[str]) -> Tuple[Optional[str], Optional[List[int]]]:
+    """``same``, ``split`` or the target ranks to compare, e.g. ``0,1`` (``same`` for those)."""
+    if not spec or spec == "auto":
+        return None, None
+    if spec in ("same", "split"):
+        return (SAME if spec == "same" else SPLIT), None
+    if re.fullmatch(r"\d+(,\d+)*", spec):
+        return SAME, [int(x) for x in spec.split(",")]
+    raise DumpFormatError(f"--rank-map {spec!r}: expected same, split or target ranks like 0,1")
+
+
+def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
+         rank_map: Optional[str] = None) -> Layout:
+    """Write the views of the ranks of the many-rank side under `work_dir` and pair each with the
+    single run (the single run may be the golden or the target side)."""
+    forced, only = parse_rank_map(rank_map)
+    reverse = not applies(golden, target) and applies(target, golden)
+    single, many = (target, golden) if reverse else (golden, target)
+    t_steps: Dict[Optional[int], List[DumpUnit]] = {}
+    for u in many:
+        t_steps.setdefault(u.step, []).append(u)
+    pairs: List[Tuple[DumpUnit, DumpUnit]] = []
+    rules, counts, text = set(), {}, []
+    for g in single:
+        units = sorted(t_steps.get(g.step, []), key=lambda u: rank_number(u.rank))
+        if not units:
+            continue
+        g_data = _load(g.json_path)["data"]
+        t_docs = [_load(u.json_path) for u in units]
+        datas = [_strip_wrapper(d["data"], g_data) for d in t_docs]
+        rule = forced or detect(datas)
+        rules.add(rule)
+        for r, (u, doc) in enumerate(zip(units, t_docs)):
+            if only is not None and rank_number(u.rank) not in only:
+                continue
+            view, c = build_view(g_data, datas, r, rule)
+            for k, v in c.items():
+                counts[k] = counts.get(k, 0) + v
+            out = work_dir / (u.json_path.parent.parent.name if u.step is not None else "step") / u.rank
+            v_unit = _write_view(doc, view, u, out)
+            pairs.append((v_unit, g) if reverse else (g, v_unit))
+    rule = "/".join(sorted(rules)) or SAME
+    n = len({u.rank for u in many})
+    why = "forced by --rank-map" if forced else "decided from the data: the first tensor input " + \
+        ("is equal on every rank" if rule == SAME else "differs across ranks")
+    text.append(f"layout: {f'{n} ranks against 1' if reverse else f'1 rank against {n}'} ({rule}, {why})")
+    if rule == SAME:
+        text.append("  each rank is compared with the single run; sharded values (DTensor, tiles of the single "
+                    "run's shape) are merged across ranks first")
+    else:
+        text.append(f"  the ranks' batch shards are merged (counts and sums add, Max/Min combine); backward "
+                    f"values scaled by 1/{n} (each rank's loss averages its own shard); replicated values "
+                    "(parameters, reduced gradients) compared rank by rank")
+    text.append("  values: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    from .replicas import check_units, replicas_text
+
+    replicas = check_units([u for us in t_steps.values() for u in us])
+    text.extend("  replicas " + line for line in replicas_text(replicas).splitlines())
+    return Layout(rule, pairs, text, counts, view_side=1 - int(reverse))
+
+
+# ---------------------------------------------------------------- reading
+
+def _load(path: Path) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise DumpFormatError(f"{path}: cannot be read ({e})") from None
+
+
+def _strip_wrapper(data: Dict[str, Any], golden: Dict[str, Any]) -> Dict[str, Any]:
+    """DDP's wrapper adds ``module.`` to every module name: removed when the single run has none."""
+    if any(k.startswith("Module.module.") for k in golden):
+        return data
+    out = {}
+    for k, v in data.items():
+        if k.startswith("Module.module."):
+            k = "Module." + k[len("Module.module."):]
+            if k not in golden and re.fullmatch(r"Module\.[A-Za-z_]\w*\.(forward|backward)\.\d+", k):
+                continue        # the wrapped model itself, which the single run records as no module
+        out[k] = v
+    return out
+
+
+def _leaves(value: Any, path: Tuple = ()) -> List[Tuple[Tuple, dict]]:
+    if isinstance(value, dict):
+        if is_tensor_summary(value):
+            return [(path, value)]
+        return [x for k, v in value.items() for x in _leaves(v, path + (k,))]
+    if isinstance(value, list):
+        return [x for i, v in enumerate(value) for x in _leaves(v, path + (i,))]
+    return []
+
+
+def _at(value: Any, path: Tuple) -> Any:
+    for p in path:
+        try:
+            value = value[p]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return value
+
+
+def detect(datas: List[Dict[str, Any]]) -> str:
+    """SAME when the first recorded tensor input (the batch as the model first sees it) has the
+    same shape and statistics on every rank, else SPLIT."""
+    for key, rec in datas[0].items():
+        if parse_key(key).direction != "forward":
+            continue
+        for path, leaf in _leaves(rec):
+            if not path or path[0] not in ("input_args", "input_kwargs", "input"):
+                continue
+            others = [_at(d.get(key), path) for d in datas]
+            sig = [None if o is None else (o.get("shape"),) + tuple(o.get(s) for s in _STATS) for o in others]
+            return SAME if all(s == sig[0] for s in sig) else SPLIT
+    return SAME
+
+
+# ---------------------------------------------------------------- merging
+
+def _local(s: dict) -> Optional[Tuple[int, float, float, float, float]]:
+    """(count, sum, sum_sq, max, min) of a plain tensor summary."""
+    shape = s.get("shape")
+    vals = [s.get(k) for k in _STATS]
+    if not isinstance(shape, list) or any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in vals):
+        return None
+    count = math.prod(shape)
+    mx, mn, mean, norm = (float(v) for v in vals)
+    return count, mean * count, norm * norm, mx, mn
+
+
+def _summary(like: dict, shape: List[int], count: int, total: float, squares: float, mx, mn, how: str) -> dict:
+    out = {k: v for k, v in like.items() if k not in ("data_name", "md5", DTENSOR) + _STATS}
+    out.update(shape=list(shape), Max=mx, Min=mn, Mean=total / count if count else None,
+               Norm=math.sqrt(max(squares, 0.0)), layout=how)
+    return out
+
+
+def _tile_dim(shapes: List[list], golden: list) -> Optional[int]:
+    """The dimension along which the ranks' shapes concatenate to the golden shape."""
+    if any(not isinstance(s, list) or len(s) != len(golden) for s in shapes) or not golden:
+        return None
+    for d in range(len(golden)):
+        if all(s[:d] + s[d + 1:] == golden[:d] + golden[d + 1:] for s in shapes) \
+                and sum(s[d] for s in shapes) == golden[d]:
+            return d
+    return None
+
+
+def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, backward: bool) -> Tuple[dict, str]:
+    """The value of rank `r` as the view shows it, and how it was made."""
+    own = leaves[r]
+    n = len(leaves)
+    if DTENSOR in own:
+        if any(DTENSOR not in s for s in leaves):
+            return own, "own"
+        merged = merge_shards(leaves)
+        block = own[DTENSOR]
+        base = {k: v for k, v in own.items() if k not in ("data_name", "md5", DTENSOR) + _STATS}
+        base.update(shape=list(block["global_shape"]), layout=MERGED)
+        if merged is not None:
+            base.update({k: merged[k] for k in _STATS})
+            return base, "DTensor merged"
+        if any(p.startswith("Partial") for p in block["placements"]) and all(s[DTENSOR].get("local") for s in leaves):
+            count = math.prod(block["global_shape"])
+            if "sum" in block["placements"][0] or all(p.startswith("Partial") for p in block["placements"]):
+                total = math.fsum(s[DTENSOR]["local"]["sum"] for s in leaves
+                                  if not any(c for c, p in zip(s[DTENSOR].get("coordinate") or [],
+                                                               s[DTENSOR]["placements"]) if p.startswith("Replicate")))
+                base.update(Max=None, Min=None, Norm=None, Mean=total / count if count else None)
+                return base, "Partial (Mean only)"
+        base.update(Max=None, Min=None, Mean=None, Norm=None)
+        return base, "not mergeable"
+    g_shape = golden.get("shape") if golden else None
+    shapes = [s.get("shape") for s in leaves]
+    identical = all(s.get("shape") == own.get("shape") and all(s.get(k) == own.get(k) for k in _STATS) for s in leaves)
+    if identical or g_shape is None or g_shape == own.get("shape"):
+        if rule == SPLIT and backward and not identical and g_shape is not None and all(sh == g_shape for sh in shapes):
+            locs = [_local(s) for s in leaves]
+            if any(loc is None for loc in locs):
+                return own, "own"
+            mean = math.fsum(loc[1] / loc[0] for loc in locs if loc[0]) / n
+            out = _summary(own, g_shape, 1, mean, 0.0, None, None, MERGED)
+            out.update(Mean=mean, Norm=None)
+            if not g_shape:      # a scalar: its average is known whole
+                out.update(Max=mean, Min=mean, Norm=abs(mean))
+            return out, "averaged over ranks"
+        if rule == SPLIT and not g_shape and g_shape is not None and not identical:
+            locs = [_local(s) for s in leaves]       # a scalar such as the loss: the ranks' average
+            if all(loc is not None for loc in locs):
+                mean = math.fsum(loc[1] for loc in locs) / n
+                return _summary(own, [], 1, mean, mean * mean, mean, mean, MERGED), "averaged over ranks"
+        return own, "own"
+    d = _tile_dim(shapes, g_shape)
+    locs = [_local(s) for s in leaves]
+    if d is None or any(loc is None for loc in locs):
+        return own, "own"
+    scale = 1.0 / n if (rule == SPLIT and backward) else 1.0
+    count = sum(loc[0] for loc in locs)
+    total = math.fsum(loc[1] for loc in locs) * scale
+    squares = math.fsum(loc[2] for loc in locs) * scale * scale
+    mx, mn = max(loc[3] for loc in locs) * scale, min(loc[4] for loc in locs) * scale
+    return _summary(own, g_shape, count, total, squares, mx, mn, MERGED), f"tiles merged (dim {d})"
+
+
+def build_view(golden: Dict[str, Any], datas: List[Dict[str, Any]], r: int, rule: str
+               ) -> Tuple[Dict[str, Any], Dict[str, int]]:
+    """Rank `r`'s records with every tensor value as comparable with the single run's."""
+    counts: Dict[str, int] = {}
+    view: Dict[str, Any] = {}
+    for key, rec in datas[r].items():
+        backward = parse_key(key).direction == "backward"
+        new = json.loads(json.dumps(rec))
+        for path, _ in _leaves(rec):
+            leaves = [_at(d.get(key), path) for d in datas]
+            if all(is_tensor_summary(x) for x in leaves):
+                value, how = _merge_value(leaves, r, _at(golden.get(key), path), rule, backward)
+            else:       # a call the other ranks did not make alike: the rank's own value
+                value, how = leaves[r], "own"
+            counts[how] = counts.get(how, 0) + 1
+            _set(new, path, value)
+        view[key] = new
+    return view, counts
+
+
+def _set(value: Any, path: Tuple, leaf: Any) -> None:
+    for p in path[:-1]:
+        value = value[p]
+    value[path[-1]] = leaf
+
+
+def _write_view(doc: dict, view: Dict[str, Any], unit: DumpUnit, out: Path) -> DumpUnit:
+    out.mkdir(parents=True, exist_ok=True)
+    src = unit.json_path.parent
+    for name in ("stack.json", "construct.json"):
+        if (src / name).is_file():
+            shutil.copyfile(src / name, out / name)
+    header = {k: v for k, v in doc.items() if k != "data"}
+    if not header.get("dump_data_dir"):
+        header["dump_data_dir"] = str(src / "dump_tensor_data")
+    with open(out / "dump.json", "w") as f:
+        json.dump({**header, "data": view}, f)
+    return DumpUnit(unit.step, unit.rank, out / "dump.json")
+
+
+# ---------------------------------------------------------------- the verdict, per rank
+
+def _merged_row(view_path: str, key: str, arg: str) -> bool:
+    from ..dumpfmt import record_entries
+
+    try:
+        data = _load(Path(view_path))["data"]
+    except DumpFormatError:
+        return False
+    rec = data.get(key)
+    info = parse_key(key) if rec is not None else None
+    for e in record_entries(rec, bool(info and info.kind == "parameters_grad")):
+        if e.arg == arg and isinstance(e.leaf, dict):
+            return e.leaf.get("layout") == MERGED
+    return False
+
+
+def attribute(result, view_side: int = 1) -> List[str]:
+    """Lines naming, per step, the first divergence and the rank it belongs to: a rank whose
+    first failing value is its own (not merged across ranks) and that comes first."""
+    from .verdict import ERROR
+
+    lines = []
+    steps: Dict[Any, list] = {}
+    for p in result.pairs:
+        steps.setdefault(p.step, []).append(p)
+    for step, pairs in sorted(steps.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        found = []
+        for p in pairs:
+            fd = p.first_divergence
+            if fd is None:
+                continue
+            bad = [row for row in p.rows if row.verdict == ERROR and (row.target_key or row.golden_key)
+                   and (row.golden_key == fd.key or row.target_key == fd.target_key)]
+            view = p.target if view_side else p.golden
+            vkey = (lambda row: row.target_key or fd.key) if view_side else (lambda row: row.golden_key or fd.key)
+            own = [row for row in bad if not _merged_row(view, vkey(row), row.arg)]
+            order = min((row.order for row in bad), default=1 << 30)
+            found.append((0 if own else 1, order, p.rank, fd, own[0].name if own else None))
+        label = "" if step is None else f"step {step}: "
+        if not found:
+            lines.append(f"{label}no divergence on any rank (differences within the tolerances, i.e. the "
+                         "reduction-order noise of a different parallel layout)")
+            continue
+        found.sort(key=lambda x: (x[1], x[0]))
+        first = found[0]
+        if first[0] == 0:
+            lines.append(f"{label}first divergence {first[3].key} on {first[2]} ({first[4]}, that rank's own value)")
+        else:
+            lines.append(f"{label}first divergence {first[3].key} on a value merged across ranks: "
+                         f"the rank is not known from statistics ({', '.join(sorted({f[2] for f in found}))} see it)")
+    return lines
