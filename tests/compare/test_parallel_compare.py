@@ -200,9 +200,6 @@ def test_single_vs_fsdp2_sharded_gradients_merge_and_agree(dumps, tmp_path):
 
 
 @pytestmark_slow
-@pytest.mark.xfail(reason="the FSDP2 dump records stale statistics of some unsharded parameters / local gradients on "
-                          "rank0 from step 1 (record layer; reported), so the whole pair is not yet clean",
-                   strict=False)
 def test_single_vs_fsdp2_is_faithful(dumps, tmp_path):
     result = _compare(dumps, "single-of-2", "fsdp2", tmp_path)
     assert _errors(result) == [] and result.first_divergence is None

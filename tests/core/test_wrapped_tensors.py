@@ -161,3 +161,21 @@ def test_merge_counts_a_replicated_dimension_once_and_refuses_what_it_cannot_kno
     assert merge_shards([_block([0], ["Partial(sum)"], [2], a), _block([1], ["Partial(sum)"], [2], b)]) is None
     nan = dict(a, nan=1)
     assert math.isnan(merge_shards([_block([0], ["Shard(0)"], [2], nan), _block([1], ["Shard(0)"], [2], b)])["Max"])
+
+
+def test_a_new_tensor_at_an_address_its_old_tensor_left_gets_its_own_statistics():
+    """FSDP frees a block's parameter with resize_(0) while the tensor lives on (same version),
+    and the next block's parameter is allocated at the same address: the cached statistics of
+    the first must not be reused for the second. Made deterministic here: the first tensor is
+    moved off a numpy buffer (``.data =``, no version change), the buffer gets new values, and a
+    second tensor is made over it. (The CRC cache shares the same validity check.)"""
+    summ = Summarizer(TorchAdapter())
+    buffer = np.ones(4096, np.float32)
+    first = torch.from_numpy(buffer)
+    assert summ.summarize(first, "a", files=False)["Max"] == 1.0
+    first.data = torch.zeros(4096)               # alive, same version, elsewhere now
+    buffer[:] = 2.0
+    second = torch.from_numpy(buffer)            # the old address, the same version (0)
+    assert second.data_ptr() == buffer.ctypes.data and second._version == first._version
+    out = summ.summarize(second, "b", files=False)
+    assert out["Max"] == 2.0 and out["Mean"] == 2.0

@@ -53,12 +53,17 @@ class _DtypeNames(dict):
 
 def _cached(cache: dict, key: Any, t: torch.Tensor, version: int, same_bytes: bool = True) -> Any:
     """What `cache` holds under `key` for `t`, if still true: the entry's tensor (a weak
-    reference) is alive and unchanged since (the version counter, shared by views), and is `t`
-    itself or, with `same_bytes` (an address key), any tensor over the same bytes."""
+    reference) is alive, unchanged since (the version counter, shared by views) and still over
+    the same address, and is `t` itself or, with `same_bytes` (an address key), any tensor over
+    the same bytes. The address check matters: FSDP frees a live parameter's storage with
+    ``resize_(0)``, and the next block's parameter is allocated at the same address while the
+    first one lives on, with the same version."""
     hit = cache.get(key)
     if hit is not None and hit[1] == version:
         owner = hit[0]()
-        if owner is t or (same_bytes and owner is not None and owner._version == version):
+        if owner is None or owner.data_ptr() != hit[3]:
+            return None
+        if owner is t or (same_bytes and owner._version == version):
             return hit[2]
     return None
 
@@ -131,8 +136,8 @@ class TorchAdapter:
         # weak reference to the tensor it was computed for and the version it had: while that
         # tensor lives, the memory is its storage, and the shared version counter tells any
         # in-place change (views share it).
-        self._recent: Dict[Any, Tuple[Any, int, Any]] = {}     # statistics reuse within a step
-        self._crcs: Dict[Any, Tuple[Any, int, Any]] = {}       # CRC-32 reuse within a step
+        self._recent: Dict[Any, Tuple[Any, int, Any, int]] = {}    # (tensor ref, version, stats, address)
+        self._crcs: Dict[Any, Tuple[Any, int, Any, int]] = {}      # the same for CRC-32s
         self._native = native.Stats() if native.available() else None
         self._dtype_names = _DtypeNames()
 
@@ -211,13 +216,14 @@ class TorchAdapter:
         if t.is_inference():    # no version counter (torch.inference_mode, vLLM): no reuse
             return compute(t, n, t.is_contiguous())
         contiguous = t.is_contiguous()
-        key = (t.data_ptr(), n, t.dtype, t.is_cpu) if contiguous else id(t)
+        address = t.data_ptr()
+        key = (address, n, t.dtype, t.is_cpu) if contiguous else id(t)
         version = t._version
         value = _cached(cache, key, t, version, same_bytes=contiguous)
         if value is not None:
             return value
         value = compute(t, n, contiguous)
-        cache[key] = (weakref.ref(t), version, value)
+        cache[key] = (weakref.ref(t), version, value, address)
         return value
 
     def _compute(self, t: torch.Tensor, n: int, contiguous: bool) -> Any:
@@ -254,7 +260,7 @@ class TorchAdapter:
             row = native_stats.row(address, n, _NATIVE_CODES[dtype])
             if row is None:
                 return None                  # NaN/Inf: the framework path
-            self._recent[key] = (weakref.ref(t), version, row)
+            self._recent[key] = (weakref.ref(t), version, row, address)
         elif type(row) not in HOST_ROW:
             return None                      # a framework handle from the general path
         out = {"type": "torch.Tensor", "dtype": self._dtype_names[dtype], "shape": list(t.shape), "Max": typed(row[0]),
@@ -263,7 +269,7 @@ class TorchAdapter:
             crc = _cached(self._crcs, key, t, version)
             if crc is None:
                 crc = self._crc32(t, n, True)
-                self._crcs[key] = (weakref.ref(t), version, crc)
+                self._crcs[key] = (weakref.ref(t), version, crc, address)
             out["md5"] = crc
         return out
 
