@@ -30,6 +30,11 @@ reshape_as contiguous transpose permute t swapaxes swapdims movedim moveaxis clo
 expanddims broadcastto flatten_ alias atleast_1d atleast_2d atleast_3d squeeze_ unsqueeze_ transpose_ t_ mt
 adjoint numpy tensor_copy""".split())
 CAST_OPS = frozenset("to float double half bfloat16 type type_as astype cast cpu cuda npu".split())
+# Ops whose outputs hold only values of their inputs, selected, split or joined (their gradients
+# too): no arithmetic, so they cannot introduce an error. msprobe's default risk level leaves
+# several of them out of its dumps.
+MOVE_OPS = frozenset("""split chunk unbind tensor_split split_with_sizes cat concat concatenate stack hstack vstack
+dstack __getitem__ getitem narrow select slice stridedslice flip roll""".split())
 
 # Precision of floating dtypes (higher is more precise); integers and bool are exact.
 _PRECISION = {"float64": 4, "double": 4, "float32": 3, "float": 3, "complex64": 3, "complex128": 4,
@@ -190,6 +195,9 @@ def describe_call(call) -> CallInfo:
         return info
     if op in VIEW_OPS:
         info.effect, info.src = LOSSLESS, ins[0]
+        return info
+    if op in MOVE_OPS:
+        info.effect = LOSSLESS       # no src: its outputs are values of their own, linked to it
         return info
     if op in CAST_OPS:
         pi = precision(ins[0].leaf.get("dtype"))

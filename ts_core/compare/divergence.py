@@ -495,7 +495,7 @@ class _Walk:
             tensor=worst.name, verdict=worst.verdict, reason=worst.reason, cause=cause,
             metrics=worst.metrics(), stack=list(stack), source=user_frame(list(stack)),
             module=str(module) if module else None, step=self.step, rank=self.rank,
-            statistics_based=worst.mode != "tensor")
+            statistics_based=worst.mode != "tensor", golden_key=cp.golden.key if cp.golden else None)
 
     def _extra(self, src: CallPair, consumer: CallPair, row: Row) -> FirstDivergence:
         """The extra call (present on one side only) whose output feeds a differing input."""

@@ -269,6 +269,8 @@ def compare_calls(cp: CallPair, order: int, step: Optional[int], rank: str, gd: 
         return rows
     rows = []
     for role, arg, ge, te, note in pair_values(cp):
+        if role == OUTPUT and ((ge is None and g.unplaced) or (te is None and t.unplaced)):
+            continue            # msprobe recorded no gradient we can place for this input
         if not one_sided_params and (ge is None or te is None) and \
                 (role == PARAMETER or (role != OUTPUT and cp.kind == "api")):
             continue
@@ -385,6 +387,12 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
             bar.advance()
     rows = [r for seq in seqs for cp in seq for r in cp.rows]
     fd, note = find_first_divergence(seqs, gd, td, step, rank, facts)
+    programs = same_program(seqs)
+    lone = programs["only_golden"] + programs["only_target"]
+    if not programs["same"]:
+        fd, note = None, programs["evidence"]
+    elif fd is None and lone:
+        note += f"; {lone} calls have no partner on the other side and were not compared"
     matched = sum(1 for seq in seqs for cp in seq if cp.golden and cp.target)
     counts = {"records_golden": len(gcalls), "records_target": len(tcalls), "matched": matched,
               "unmatched_golden": sum(1 for s in seqs for cp in s if cp.target is None),
@@ -394,4 +402,37 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
     warnings = notes + [f"{side} dump is marked incomplete (the run stopped early): {d.path}"
                 for side, d in (("golden", gd), ("target", td)) if d.incomplete]
     return PairResult(step, rank, str(golden.json_path), str(target.json_path), rows, fd, note, counts, modes,
-                      warnings)
+                      warnings, programs=programs)
+
+
+MIN_MATCHED_SHARE = 0.5     # below this share of paired calls, two dumps describe different programs
+
+
+def same_program(seqs: List[List[CallPair]]) -> dict:
+    """Do two dumps describe the same program? Not when fewer than MIN_MATCHED_SHARE of the calls
+    that could change a result found a partner, or when both record modules and none pairs.
+    Returns the counts and, when they differ, the evidence in words."""
+    pairs = [cp for seq in seqs for cp in seq if cp.kind != "parameters_grad"]
+    counted = [cp for cp in pairs if cp.matched or not cp.harmless]
+    matched = sum(1 for cp in counted if cp.matched)
+    only_g = sum(1 for cp in counted if cp.target is None)
+    only_t = sum(1 for cp in counted if cp.golden is None)
+    share = matched / len(counted) if counted else 1.0
+    modules = {side: [cp.golden if side == "golden" else cp.target for cp in pairs if cp.kind == "module"
+                      and (cp.golden if side == "golden" else cp.target) is not None] for side in ("golden", "target")}
+    no_common_tree = bool(modules["golden"] and modules["target"]) and not any(
+        cp.matched for cp in pairs if cp.kind == "module")
+    out = {"same": share >= MIN_MATCHED_SHARE and not no_common_tree, "matched": matched, "calls": len(counted),
+           "only_golden": only_g, "only_target": only_t, "matched_share": round(share, 4),
+           "min_matched_share": MIN_MATCHED_SHARE, "common_module_tree": not no_common_tree, "evidence": ""}
+    if not out["same"]:
+        why = [f"{matched} of {len(counted)} calls paired ({only_g} only in golden, {only_t} only in target; "
+               f"at least {MIN_MATCHED_SHARE:.0%} pair in one program)"]
+        if no_common_tree:
+            names = {side: ", ".join(list(dict.fromkeys(c.key.rsplit(".", 2)[0] for c in calls))[:3])
+                     for side, calls in modules.items()}
+            why.append(f"no module in common (golden: {names['golden']} ...; target: {names['target']} ...)")
+        out["evidence"] = ("the two dumps do not describe the same program: " + "; ".join(why)
+                           + ". Calls of two programs were paired only by chance: their rows say nothing about "
+                             "precision; compare two dumps of the same model")
+    return out

@@ -195,7 +195,7 @@ def _harmless_reason(call: Call, side: Side) -> Optional[str]:
     if info.effect == QUERY:
         return f"a query ({info.op}) with no tensor output"
     if info.effect == LOSSLESS:
-        return f"a lossless op ({info.op}): its output holds its input's values"
+        return f"a lossless op ({info.op}): its outputs hold only its inputs' values"
     unread = not set(roots(side.flow, info.outs)) & side.consumed
     if info.outs and unread and all(precision(o.leaf.get("dtype")) is None for o in info.outs):
         return f"integer bookkeeping ({info.op}, e.g. a step counter) that no recorded call reads"
