@@ -29,6 +29,7 @@ VIEW_OPS = frozenset("""view reshape flatten unflatten squeeze unsqueeze expand 
 reshape_as contiguous transpose permute t swapaxes swapdims movedim moveaxis clone detach copy identity ravel
 expanddims broadcastto flatten_ alias atleast_1d atleast_2d atleast_3d squeeze_ unsqueeze_ transpose_ t_ mt
 adjoint numpy tensor_copy""".split())
+SHAPE_CONST_OPS = frozenset("zeros_like ones_like empty_like".split())    # values from the input's shape only
 CAST_OPS = frozenset("to float double half bfloat16 type type_as astype cast cpu cuda npu".split())
 # Ops whose outputs hold only values of their inputs, selected, split or joined (their gradients
 # too): no arithmetic, so they cannot introduce an error. msprobe's default risk level leaves
@@ -195,6 +196,9 @@ def describe_call(call) -> CallInfo:
         return info
     if op in VIEW_OPS:
         info.effect, info.src = LOSSLESS, ins[0]
+        return info
+    if op in SHAPE_CONST_OPS:
+        info.effect = QUERY          # reads only its input's shape: a constant, no error can enter here
         return info
     if op in MOVE_OPS:
         info.effect = LOSSLESS       # no src: its outputs are values of their own, linked to it

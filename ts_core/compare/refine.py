@@ -121,8 +121,8 @@ def _score(gc: Call, tc: Call, gs: Side, ts: Side) -> Optional[int]:
     gi, ti = gs.of(gc), ts.of(tc)
     if gc.kind == "module":
         return 6 if gs.name(gc.key).rsplit(".", 3)[0] == ts.name(tc.key).rsplit(".", 3)[0] else None
-    if not gi.outs or not ti.outs or (gi.effect == LOSSLESS) != (ti.effect == LOSSLESS):
-        return None          # lossless ops pair only with lossless ops: alone they are harmless anyway
+    if not gi.outs or not ti.outs or ((gi.harmless or ti.harmless) and gi.effect != ti.effect):
+        return None          # lossless ops (and constants) pair only with their kind: alone they are harmless
     if _shapes_conflict(gi, ti):
         return None
     g_n = {numel(e.leaf) for e in gi.outs}
@@ -193,7 +193,8 @@ def _pair_gap(G: List[Call], T: List[Call], gs: Side, ts: Side) -> List[Tuple[in
 def _harmless_reason(call: Call, side: Side) -> Optional[str]:
     info = side.of(call)
     if info.effect == QUERY:
-        return f"a query ({info.op}) with no tensor output"
+        return (f"a constant made from its input's shape ({info.op})" if info.outs
+                else f"a query ({info.op}) with no tensor output")
     if info.effect == LOSSLESS:
         return f"a lossless op ({info.op}): its outputs hold only its inputs' values"
     unread = not set(roots(side.flow, info.outs)) & side.consumed
