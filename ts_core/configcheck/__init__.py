@@ -17,11 +17,11 @@ from typing import Any, Dict, List
 
 from ..dumpfmt import DumpFormatError, json_safe, write_text_atomic
 from .collect import record_hyperparameters
-from .diff import ERROR, INFO, PASS, SECTIONS, WARNING, Finding, diff
+from .diff import ERROR, INFO, PASS, RESULT, SECTIONS, WARNING, Finding, diff
 from .sources import Source, load_run
 
 RESULT_JSON, RESULT_CSV = "config_check.json", "config_check.csv"
-_RANK = {PASS: 0, INFO: 0, "not recorded": 0, WARNING: 1, ERROR: 2}
+_RANK = {PASS: 0, INFO: 0, "not recorded": 0, RESULT: 0, WARNING: 1, ERROR: 2}
 
 
 @dataclass
@@ -65,8 +65,10 @@ class ConfigCheckResult:
     def text(self, max_rows: int = 25) -> str:
         lines = [f"tsprobe config-check: {self.verdict.upper()}"]
         for p in self.pairs:
-            lines.append(f"{p.golden.label} vs {p.target.label}: {p.verdict}  ("
-                         + ", ".join(f"{s} {v}" for s, v in p.sections.items()) + ")")
+            inputs = ", ".join(f"{s} {v}" for s, v in p.sections.items() if v != RESULT)
+            results = [s for s, v in p.sections.items() if v == RESULT]
+            lines.append(f"{p.golden.label} vs {p.target.label}: {p.verdict}  (inputs: {inputs}"
+                         + (f"; results, not inputs: {', '.join(results)}" if results else "") + ")")
             shown = sorted((f for f in p.findings if f.level in (ERROR, WARNING)), key=lambda f: -_RANK[f.level])
             for f in shown[:max_rows]:
                 note = f"  ({f.note})" if f.note else ""
@@ -100,8 +102,11 @@ def config_check(golden: "os.PathLike | str", target: "os.PathLike | str",
         raise DumpFormatError(f"nothing to check: no step/rank of {golden} ({', '.join(s.label for s in gs)}) matches "
                               f"one of {target} ({', '.join(s.label for s in ts)})")
     checks = []
+    first = min((g.step for g, _ in pairs if g.step is not None), default=None)
     for g, t in pairs:
-        findings, sections, notes = diff(g.doc, t.doc)
+        # the weights a run starts from are an input; those of its later steps are results
+        findings, sections, notes = diff(g.doc, t.doc, weights_are_results=first is not None and g.step is not None
+                                         and g.step > first)
         checks.append(PairCheck(g, t, findings, sections, notes))
     result = ConfigCheckResult(str(golden), str(target), checks, [s.label for s in lone_g], [s.label for s in lone_t])
     if output_dir is not None:
