@@ -218,6 +218,21 @@ def describe_call(call) -> CallInfo:
     return info
 
 
+STRUCTURAL_OPS = QUERY_OPS | VIEW_OPS | MOVE_OPS | SHAPE_CONST_OPS
+
+
+def moves_only(info: CallInfo) -> bool:
+    """Does the call only move, view, widen or query values *by what it is* (a view, a
+    broadcast, a split, an up-cast, a shape query), whatever values it happened to record?"""
+    return info.harmless and (info.op in STRUCTURAL_OPS or info.op in CAST_OPS)
+
+
+def never_pair(a: CallInfo, b: CallInfo) -> bool:
+    """A call that only moves values and a call that computes are never the same call (a
+    broadcast returning its input is not a loss's subtraction), wherever they run."""
+    return (moves_only(a) and not b.harmless) or (moves_only(b) and not a.harmless)
+
+
 class Facts:
     """``describe_call`` once per call (alignment and the walk both ask)."""
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..dumpfmt import BACKWARD, FORWARD, INPUT, OUTPUT, forward_key
-from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, QUERY, CallInfo, Facts, Flow, fingerprint, numel,
+from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, QUERY, CallInfo, Facts, Flow, fingerprint, never_pair, numel,
                        precision, roots, stats_distance, tensors)
 from .loader import Call
 from .matching import align, default_normalise
@@ -121,7 +121,7 @@ def _score(gc: Call, tc: Call, gs: Side, ts: Side) -> Optional[int]:
     gi, ti = gs.of(gc), ts.of(tc)
     if gc.kind == "module":
         return 6 if gs.name(gc.key).rsplit(".", 3)[0] == ts.name(tc.key).rsplit(".", 3)[0] else None
-    if not gi.outs or not ti.outs or ((gi.harmless or ti.harmless) and gi.effect != ti.effect):
+    if not gi.outs or not ti.outs or ((gi.harmless or ti.harmless) and gi.effect != ti.effect) or never_pair(gi, ti):
         return None          # lossless ops (and constants) pair only with their kind: alone they are harmless
     if _shapes_conflict(gi, ti):
         return None
@@ -547,7 +547,7 @@ def refine(raw: List[CallPair], gs: Side, ts: Side, cross: bool,
            partners: Optional[Dict[str, str]] = None) -> List[CallPair]:
     """Resolve the gaps between the matched pairs of `raw` (one direction, one kind of call).
     ``partners`` (backward records): how the forward calls paired."""
-    raw = _dissolve_doubtful(_dissolve_misshaped(raw, gs, ts), gs, ts)
+    raw = _dissolve_doubtful(_dissolve_misshaped(_split_movers(raw, gs, ts), gs, ts), gs, ts)
     out: List[CallPair] = []
     G: List[Call] = []
     T: List[Call] = []
@@ -573,7 +573,22 @@ def refine(raw: List[CallPair], gs: Side, ts: Side, cross: bool,
         out = _follow_forward(out, partners, gs, ts, cross)
     else:
         _repair_order(out, gs, ts)
-    return _regroup_swapped(out, gs, ts, cross)
+    return _split_movers(_regroup_swapped(out, gs, ts, cross), gs, ts)
+
+
+def _split_movers(pairs: List[CallPair], gs: Side, ts: Side) -> List[CallPair]:
+    """No pair of a call that only moves values with one that computes (``dataflow.never_pair``),
+    however it was made (names, a mapping, a move): each stays alone on its side, where the
+    mover is harmless and the computing call is shown (and may be named) as one-sided."""
+    out: List[CallPair] = []
+    for cp in pairs:
+        if cp.matched and cp.kind == "api" and not cp.golden.members and not cp.target.members \
+                and never_pair(gs.of(cp.golden), ts.of(cp.target)):
+            out += [CallPair(cp.golden, None, cp.direction, harmless=_harmless_reason(cp.golden, gs)),
+                    CallPair(None, cp.target, cp.direction, harmless=_harmless_reason(cp.target, ts))]
+        else:
+            out.append(cp)
+    return out
 
 
 def _pair_moved_modules(pairs: List[CallPair], gs: Side, ts: Side, cross: bool) -> List[CallPair]:
