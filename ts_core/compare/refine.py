@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..dumpfmt import BACKWARD, FORWARD, INPUT, OUTPUT, forward_key
-from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, QUERY, CallInfo, Facts, Flow, fingerprint, never_pair, numel,
+from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, MOVE_OPS, QUERY, CallInfo, Facts, Flow, fingerprint, never_pair, numel,
                        precision, roots, stats_distance, tensors)
 from .loader import Call
 from .matching import align, default_normalise
@@ -410,8 +410,9 @@ def _shapes_conflict(a: CallInfo, b: CallInfo) -> bool:
     head split is not the ``reshape(2, 5, 48)`` MindSpore's ``Dense`` runs, nor is a ``float()``
     of ``[2, 5, 32]`` the ``Reshape`` of ``[10, 32]``. (Backward records: the shapes of the
     gradients they receive.) Alone on its side each is harmless; paired they would compare
-    values of different tensors."""
-    if not (a.harmless and b.harmless):
+    values of different tensors. Not for calls that select or join values (cat, split,
+    getitem): given other shapes, the same call was made another way (swapped operands)."""
+    if not (a.harmless and b.harmless) or a.op in MOVE_OPS or b.op in MOVE_OPS:
         return False
     for x, y in ((a.ins, b.ins), (a.outs, b.outs)):
         sx, sy = _leading_shape(x), _leading_shape(y)
