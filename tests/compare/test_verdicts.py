@@ -136,3 +136,13 @@ def test_a_data_object_without_records_is_no_dump(tmp_path):
     (bad / "dump.json").write_text('{"task": "statistics", "data": {"a": 1, "b": [2]}}')
     with pytest.raises(DumpFormatError, match="not a dump"):
         compare(tmp_path / "g", tmp_path / "t", verbose=False)
+
+
+def test_two_dumps_without_a_call_are_nothing_compared_not_a_pass(tmp_path, capsys):
+    for side in ("g", "t"):
+        DumpWriter(tmp_path / side, task="statistics").close()
+    r = compare(tmp_path / "g", tmp_path / "t", verbose=False)
+    assert r.verdict == "error" and r.pairs[0].programs["calls"] == 0
+    assert str(r).startswith("tsprobe compare: ERROR (nothing compared)")
+    assert main(["compare", str(tmp_path / "g"), str(tmp_path / "t")]) == 1
+    capsys.readouterr()

@@ -269,6 +269,9 @@ def test_later_step_weights_are_results_not_config_errors(tmp_path, golden):
     assert all("a result of training" in f.note for f in later)
     assert "weights: a result of the earlier steps, not an input (4 of 4 differ)" in step1.notes
     assert "results, not inputs: weights" in result.text()
+    # how much was compared is said, per section
+    assert step0.checked["weights"] == 4 and step0.checked["data"] == 1 and step0.checked["hyperparameters"] > 0
+    assert result.summary()["pairs"][0]["checked"] == step0.checked and "  checked: " in result.text()
 
 
 def test_environment_a_framework_sets_itself_is_not_the_users_config():

@@ -425,6 +425,11 @@ def same_program(seqs: List[List[CallPair]]) -> dict:
                       and (cp.golden if side == "golden" else cp.target) is not None] for side in ("golden", "target")}
     no_common_tree = bool(modules["golden"] and modules["target"]) and not any(
         cp.matched for cp in pairs if cp.kind == "module")
+    if not counted:       # nothing recorded on either side: nothing was checked, which is no pass
+        return {"same": False, "matched": 0, "calls": 0, "only_golden": 0, "only_target": 0, "matched_share": 0.0,
+                "min_matched_share": MIN_MATCHED_SHARE, "common_module_tree": False,
+                "evidence": "nothing was compared: neither dump records a call (an empty step, or a dump made "
+                            "with a scope or list that matched nothing); re-dump the steps that ran the model"}
     out = {"same": share >= MIN_MATCHED_SHARE and not no_common_tree, "matched": matched, "calls": len(counted),
            "only_golden": only_g, "only_target": only_t, "matched_share": round(share, 4),
            "min_matched_share": MIN_MATCHED_SHARE, "common_module_tree": not no_common_tree, "evidence": ""}

@@ -26,7 +26,9 @@ def terminal_text(result: Any, max_rows: int = 12) -> str:
     """The verdict, the first divergence, then the earliest failing rows as a short table."""
     c = result.counts
     differ = [p for p in result.pairs if p.programs and not p.programs.get("same", True)]
-    lines = [f"tsprobe compare: {result.verdict.upper()}{' (different programs)' if differ else ''}  "
+    label = "" if not differ else " (nothing compared)" if all(p.programs.get("calls") == 0 for p in differ) \
+        else " (different programs)"
+    lines = [f"tsprobe compare: {result.verdict.upper()}{label}  "
              f"({c.get('matched', 0)} calls matched, {c.get('unmatched_golden', 0)} only in golden, "
              f"{c.get('unmatched_target', 0)} only in target; rows: {c.get(PASS, 0)} pass, "
              f"{c.get(WARNING, 0)} warning, {c.get(ERROR, 0)} error)"]

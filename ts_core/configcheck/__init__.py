@@ -37,6 +37,21 @@ class PairCheck:
         worst = max((_RANK[f.level] for f in self.findings), default=0)
         return {0: PASS, 1: WARNING, 2: ERROR}[worst]
 
+    @property
+    def checked(self) -> Dict[str, int]:
+        """How many items of each section both fingerprints hold (what was actually compared)."""
+        g, t = self.golden.doc, self.target.doc
+        out = {}
+        for section in SECTIONS:
+            a, b = g.get(section), t.get(section)
+            if section == "python":
+                out[section] = int(a is not None and b is not None)
+            elif section == "framework":
+                out[section] = sum(len(a[k]) for k in (a or {}) if k in (b or {}) and isinstance(a[k], dict))
+            else:
+                out[section] = len(set(a or {}) & set(b or {})) if isinstance(a, dict) and isinstance(b, dict) else 0
+        return out
+
 
 @dataclass
 class ConfigCheckResult:
@@ -59,6 +74,7 @@ class ConfigCheckResult:
             "verdict": self.verdict, "golden": self.golden, "target": self.target,
             "pairs": [{"step": p.golden.step, "rank": p.golden.rank or p.target.rank, "golden": str(p.golden.json_path),
                        "target": str(p.target.json_path), "verdict": p.verdict, "sections": p.sections,
+                       "checked": p.checked,
                        "notes": p.notes, "findings": [f.to_dict() for f in p.findings]} for p in self.pairs],
             "unpaired_golden": self.unpaired_golden, "unpaired_target": self.unpaired_target, "files": self.files})
 
@@ -69,6 +85,9 @@ class ConfigCheckResult:
             results = [s for s, v in p.sections.items() if v == RESULT]
             lines.append(f"{p.golden.label} vs {p.target.label}: {p.verdict}  (inputs: {inputs}"
                          + (f"; results, not inputs: {', '.join(results)}" if results else "") + ")")
+            lines.append("  checked: " + ", ".join(f"{n} {s}" for s, n in p.checked.items() if n)
+                         if any(p.checked.values()) else "  checked: nothing (the fingerprints hold no section "
+                                                         "both record)")
             shown = sorted((f for f in p.findings if f.level in (ERROR, WARNING)), key=lambda f: -_RANK[f.level])
             for f in shown[:max_rows]:
                 note = f"  ({f.note})" if f.note else ""
