@@ -584,18 +584,21 @@ def _loss_fn(kind: str, o: torch.Tensor, y: torch.Tensor, reduction: str) -> tor
     return F.kl_div(F.log_softmax(o, -1), F.softmax(y, -1), reduction=reduction)
 
 
-def _loss_by_hand(kind: str, o: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-    """The same losses written out (clean_decomp): one tensor per reduction of _reductions."""
+def _loss_by_hand(kind: str, o: torch.Tensor, y: torch.Tensor, reduction: str) -> torch.Tensor:
+    """The same loss written out (clean_decomp), one reduction per call as the function runs it."""
     if kind == "ce":
         each = -F.log_softmax(o, -1).gather(1, y[:, None]).squeeze(1)
     elif kind == "kl":
         p = F.softmax(y, -1)
         each = p * (torch.log(p) - F.log_softmax(o, -1))
-        return each.sum() / o.shape[0], each.mean(), each.sum(), each
     else:
         d = o - y
         each = d * d if kind == "mse" else torch.where(d.abs() < 1.0, 0.5 * d * d, d.abs() - 0.5)
-    return each.mean(), each.sum(), each
+    if reduction == "none":
+        return each
+    if reduction == "batchmean":
+        return each.sum() / o.shape[0]
+    return each.mean() if reduction == "mean" else each.sum()
 
 
 class LossNet(nn.Module):
@@ -610,10 +613,8 @@ class LossNet(nn.Module):
 
     def forward(self, x, y):
         o = self.fc(x)
-        if self.v == "clean_decomp":
-            parts = _loss_by_hand(self.kind, o, y)
-        else:
-            parts = tuple(_loss_fn(self.kind, o, y, r) for r in _reductions(self.kind))
+        loss = _loss_by_hand if self.v == "clean_decomp" else _loss_fn
+        parts = tuple(loss(self.kind, o, y, r) for r in _reductions(self.kind))
         total = parts[0]
         for part in parts[1:]:
             total = total + (part if part.dim() == 0 else part.mean())
