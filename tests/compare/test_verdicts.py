@@ -146,3 +146,11 @@ def test_two_dumps_without_a_call_are_nothing_compared_not_a_pass(tmp_path, caps
     assert str(r).startswith("tsprobe compare: ERROR (nothing compared)")
     assert main(["compare", str(tmp_path / "g"), str(tmp_path / "t")]) == 1
     capsys.readouterr()
+
+
+def test_a_dump_without_a_call_against_a_full_one_is_not_the_same_program(tmp_path):
+    _one_call(tmp_path / "g", "Torch.tanh.0.forward", np.tanh(X))
+    DumpWriter(tmp_path / "t", task="statistics").close()
+    r = compare(tmp_path / "g", tmp_path / "t", verbose=False)
+    assert r.different_programs and r.verdict == "error"
+    assert r.pairs[0].programs["matched_share"] == 0.0

@@ -389,6 +389,9 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
     rows = [r for seq in seqs for cp in seq for r in cp.rows]
     fd, note = find_first_divergence(seqs, gd, td, step, rank, facts)
     programs = same_program(seqs)
+    if not programs["same"] and gd.level and td.level and gd.level != td.level:
+        programs["evidence"] += (f"; the dumps were made at different levels (golden {gd.level}, target "
+                                 f"{td.level}): dump both at one level")
     lone = programs["only_golden"] + programs["only_target"]
     if not programs["same"]:
         fd, note = None, programs["evidence"]
@@ -419,10 +422,11 @@ def same_program(seqs: List[List[CallPair]]) -> dict:
     matched = sum(1 for cp in counted if cp.matched)
     only_g = sum(1 for cp in counted if cp.target is None)
     only_t = sum(1 for cp in counted if cp.golden is None)
-    share = max(matched / (matched + only_g) if matched + only_g else 1.0,
-                matched / (matched + only_t) if matched + only_t else 1.0)
-    modules = {side: [cp.golden if side == "golden" else cp.target for cp in pairs if cp.kind == "module"
-                      and (cp.golden if side == "golden" else cp.target) is not None] for side in ("golden", "target")}
+    # a side that records nothing pairs nothing (its share is 0, not "all of nothing")
+    share = max(matched / (matched + only_g) if matched + only_g else 0.0,
+                matched / (matched + only_t) if matched + only_t else 0.0)
+    modules = {"golden": [cp.golden for cp in pairs if cp.kind == "module" and cp.golden is not None],
+               "target": [cp.target for cp in pairs if cp.kind == "module" and cp.target is not None]}
     no_common_tree = bool(modules["golden"] and modules["target"]) and not any(
         cp.matched for cp in pairs if cp.kind == "module")
     if not counted:       # nothing recorded on either side: nothing was checked, which is no pass
