@@ -36,12 +36,10 @@ def terminal_text(result: Any, max_rows: int = 12) -> str:
     for p in differ[:3]:
         where = ", ".join(x for x in (f"step {p.step}" if p.step is not None else "", p.rank) if x)
         lines.append(p.programs["evidence"] + (f" ({where})" if where else ""))
-    if differ:
-        pass
-    elif fd:
+    if fd and not differ:     # with different programs the evidence above replaces both lines below
         where = ", ".join(x for x in (f"step {fd.step}" if fd.step is not None else "", fd.rank) if x)
         lines.append(fd.describe() + (f"\n  ({where})" if where else ""))
-    else:
+    elif not differ:
         lines.append(result.summary().get("first_divergence_note") or "no call introduced an error")
     bad = [r for r in result.rows if r.verdict != PASS][:max_rows]
     if bad:
