@@ -60,6 +60,8 @@ def _run_compare(args: argparse.Namespace) -> int:
                      html=not args.no_html, verbose=not args.json, rank_map=args.rank_map)
     if args.json:
         print(json.dumps(result.summary(), indent=2))
+    if result.different_programs:          # nothing meaningful was compared: never a success
+        return 1
     return 1 if (args.fail_on_divergence and result.first_divergence) else 0
 
 
@@ -157,6 +159,11 @@ def _run_acc_check(args: argparse.Namespace) -> int:
                        white_list=white, black_list=black, verbose=not args.json)
     if args.json:
         print(json.dumps(result.summary(), indent=2))
+    why = result.nothing_checked()
+    if why:                     # an analysis that checked nothing is no pass
+        if args.json:           # (the summary printed without --json says it already)
+            print(f"tsprobe acc-check: error: nothing was checked: {why[0]}; {why[1]}", file=sys.stderr)
+        return 1
     return 1 if (args.fail_on_error and result.failed) else 0
 
 

@@ -401,10 +401,13 @@ class PrecisionDebugger:
     def _close_step(self) -> None:
         if self._collector is not None and self._collector.dump is not None:
             self._backend.end_step()
+            dump = self._collector.dump
             self._collector.close_step()
             if self._collector.dump_dirs and _is_main_rank(self._collector.rank):
-                print(f"[tsprobe] step {self.current_step} dumped to {self._collector.dump_dirs[-1]}",
-                      file=sys.stderr)
+                where = self._collector.dump_dirs[-1]
+                done = (f": writing the dump to {where} failed (see the warning above); it is incomplete or "
+                        f"missing") if getattr(dump, "incomplete", False) else f" dumped to {where}"
+                print(f"[tsprobe] step {self.current_step}{done}", file=sys.stderr)
 
     def _set_switches(self, collecting: bool) -> None:
         """Normal collection on/off; during module_dump only that module's hooks record."""

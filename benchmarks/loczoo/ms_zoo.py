@@ -316,8 +316,49 @@ class MoE(nn.Cell):
         return out if v == "dropped_residual" else x + out
 
 
+def _loss_fn(kind: str, o, y, reduction: str):
+    """MindSpore's own loss function of `kind` (ops.*: each runs as several primitives)."""
+    if kind == "mse":
+        return ops.mse_loss(o, y, reduction=reduction)
+    if kind == "ce":
+        return ops.cross_entropy(o, y, reduction=reduction)
+    if kind == "smooth_l1":
+        return ops.smooth_l1_loss(o, y, beta=1.0, reduction=reduction)
+    return ops.kl_div(ops.log_softmax(o, 1), ops.softmax(y, 1), reduction=reduction)
+
+
+_LOSS_CELLS = {"mse": lambda r: nn.MSELoss(reduction=r), "ce": lambda r: nn.CrossEntropyLoss(reduction=r),
+               "smooth_l1": lambda r: nn.SmoothL1Loss(beta=1.0, reduction=r), "kl": lambda r: nn.KLDivLoss(reduction=r)}
+
+
+class LossNet(nn.Cell):
+    """The port of torch_zoo.LossNet: the same head, MindSpore's loss functions."""
+
+    def __init__(self, kind: str, v: str):
+        super().__init__()
+        self.kind = kind
+        self.fc = nn.Dense(8, 5)
+        self.reductions = ("batchmean", "mean", "sum", "none") if kind == "kl" else ("mean", "sum", "none")
+        # clean_port_cells: MindSpore's loss Cells (their primitives are recorded inside them)
+        self.loss_cells = nn.CellList([_LOSS_CELLS[kind](r) for r in self.reductions]) if v == "clean_port_cells" else None
+
+    def construct(self, x, y):
+        o = self.fc(x)
+        if self.kind == "ce":
+            y = y.astype(ms.int32)
+        if self.loss_cells is not None:        # kl: log_softmax and softmax per call, as torch_zoo runs them
+            parts = [cell(ops.log_softmax(o, 1), ops.softmax(y, 1)) if self.kind == "kl" else cell(o, y)
+                     for cell in self.loss_cells]
+        else:
+            parts = [_loss_fn(self.kind, o, y, r) for r in self.reductions]
+        total = parts[0]
+        for part in parts[1:]:
+            total = total + (part if part.ndim == 0 else part.mean())
+        return total
+
+
 PORTS = {"mlp": MLP, "cnn": CNN, "gpt_block": GPTBlockModel, "llama_block": LlamaBlock, "encoder": Encoder,
-         "moe": MoE}
+         "moe": MoE, **{f"loss_{k}": (lambda v, k=k: LossNet(k, v)) for k in ("mse", "ce", "smooth_l1", "kl")}}
 
 
 class Harness(nn.Cell):

@@ -149,7 +149,7 @@ class Runner:
                     classes = json.load(f)
                 edit = fam.edits.get(c.variant)
                 jobs.append({"id": "|".join(key), "family": c.family, "variant": c.variant, "level": level,
-                             "task": c.task, "classes": classes,
+                             "task": c.task, "classes": classes, "loss": fam.loss,
                              "dump_path": os.path.join(self.opts.workdir, "ms", c.family, c.variant, f"{level}_{c.task}"),
                              "weights": os.path.join(fdir, "weights.npz"), "inputs": os.path.join(fdir, "inputs.npz"),
                              "edit": [edit.param, edit.how] if edit else None})

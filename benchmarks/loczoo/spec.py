@@ -44,6 +44,7 @@ CLEAN_KINDS: Dict[str, str] = {
     "reorder": "independent ops run in another order",
     "noise": "a mathematically equal computation in another order (float rounding only)",
     "port": "a faithful MindSpore port (torch<->MindSpore pairs)",
+    "port_cells": "a faithful MindSpore port through MindSpore's loss Cells (nn.MSELoss, ...) instead of its functions",
 }
 
 # Concepts -> fnmatch patterns over key names, torch and MindSpore vocabulary together.

@@ -565,6 +565,62 @@ class InplaceNet(nn.Module):
         return self.fc3(r)
 
 
+# --------------------------------------------------------------------------------- Losses
+LOSSES = ("mse", "ce", "smooth_l1", "kl")
+
+
+def _reductions(kind: str) -> Tuple[str, ...]:
+    return ("batchmean", "mean", "sum", "none") if kind == "kl" else ("mean", "sum", "none")
+
+
+def _loss_fn(kind: str, o: torch.Tensor, y: torch.Tensor, reduction: str) -> torch.Tensor:
+    """torch's own loss function of `kind` (what a user calls)."""
+    if kind == "mse":
+        return F.mse_loss(o, y, reduction=reduction)
+    if kind == "ce":
+        return F.cross_entropy(o, y, reduction=reduction)
+    if kind == "smooth_l1":
+        return F.smooth_l1_loss(o, y, reduction=reduction, beta=1.0)
+    return F.kl_div(F.log_softmax(o, -1), F.softmax(y, -1), reduction=reduction)
+
+
+def _loss_by_hand(kind: str, o: torch.Tensor, y: torch.Tensor, reduction: str) -> torch.Tensor:
+    """The same loss written out (clean_decomp), one reduction per call as the function runs it."""
+    if kind == "ce":
+        each = -F.log_softmax(o, -1).gather(1, y[:, None]).squeeze(1)
+    elif kind == "kl":
+        p = F.softmax(y, -1)
+        each = p * (torch.log(p) - F.log_softmax(o, -1))
+    else:
+        d = o - y
+        each = d * d if kind == "mse" else torch.where(d.abs() < 1.0, 0.5 * d * d, d.abs() - 0.5)
+    if reduction == "none":
+        return each
+    if reduction == "batchmean":
+        return each.sum() / o.shape[0]
+    return each.mean() if reduction == "mean" else each.sum()
+
+
+class LossNet(nn.Module):
+    """A linear head and the framework's loss function of one kind, once per reduction, summed
+    into the loss (the family's ``loss="output"``): the loss's own decomposition (torch's one
+    call, MindSpore's primitives) is what the compare sees."""
+
+    def __init__(self, kind: str, v: str):
+        super().__init__()
+        self.kind, self.v = kind, v
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x, y):
+        o = self.fc(x)
+        loss = _loss_by_hand if self.v == "clean_decomp" else _loss_fn
+        parts = tuple(loss(self.kind, o, y, r) for r in _reductions(self.kind))
+        total = parts[0]
+        for part in parts[1:]:
+            total = total + (part if part.dim() == 0 else part.mean())
+        return total
+
+
 # ----------------------------------------------------------------------- transformers models
 def _hf_bert(v: str):
     from transformers import BertConfig, BertModel
@@ -839,3 +895,13 @@ _family(Family(
     edits={"perturbed_weight": WeightEdit("hf.model.layers.1.self_attn.o_proj.weight", "perturb")},
     loss="output",
     description="transformers LlamaForCausalLM from a tiny LlamaConfig (GQA, eager attention), LM loss"))
+
+for _kind in LOSSES:
+    _family(Family(
+        f"loss_{_kind}", lambda v, k=_kind: LossNet(k, v),
+        (lambda k=_kind: (_randn((4, 8), 23), np.array([0, 2, 1, 4], dtype=np.int64) if k == "ce"
+                          else _randn((4, 5), 24))),
+        cases={**CLEAN("same", "decomp")},
+        loss="output", ms_variants=("clean_port", "clean_port_cells"),
+        description=f"linear head and the {_kind} loss function with each reduction (torch's one call, "
+                    f"MindSpore's primitives)"))

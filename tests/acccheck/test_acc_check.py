@@ -221,3 +221,35 @@ def test_cli(tmp_path):
     bad = _cli(str(tmp_path / "nowhere"))
     assert bad.returncode == 2 and "no such file" in bad.stderr
     assert _cli(root, "--reference", "nonsense").returncode == 2
+
+
+def test_nothing_checked_is_a_failure_with_the_reason_and_the_fix(tmp_path):
+    """Issue 25: a statistics dump has no inputs to replay; acc-check said PASS (exit 0) for it."""
+    root = dump_run(str(tmp_path / "stats"), task="statistics")
+    result = acc_check(root, verbose=False)
+    assert result.calls and result.checked == {"calls": 0, "of_calls": len(result.calls), "values": 0,
+                                               "forward_values": 0, "backward_values": 0}
+    assert result.verdict == "nothing checked"
+    reason, fix = result.nothing_checked()
+    assert "statistics only" in reason and "re-dump with task: tensor" in fix
+    summary = result.summary()
+    assert summary["verdict"] == "nothing checked" and summary["nothing_checked"]["fix"] == fix
+    p = _cli(root)
+    assert p.returncode == 1, p.stdout
+    assert p.stdout.startswith("tsprobe acc-check: NOTHING CHECKED") and "PASS" not in p.stdout
+    assert "re-dump with task: tensor" in p.stdout
+    j = _cli(root, "--json")
+    assert j.returncode == 1 and json.loads(j.stdout)["verdict"] == "nothing checked"
+    assert "re-dump with task: tensor" in j.stderr
+
+
+def test_a_tensor_dump_says_how_much_it_checked(tmp_path):
+    result = acc_check(dump_run(str(tmp_path / "dump")), verbose=False)
+    done = result.checked
+    assert done["calls"] == done["of_calls"] == len(result.calls) > 0
+    assert done["values"] == done["forward_values"] + done["backward_values"] and done["backward_values"] > 0
+    assert result.nothing_checked() is None and result.verdict == "pass"
+    from ts_core.acccheck.report import summary_text
+
+    assert summary_text(result).startswith(f"tsprobe acc-check: PASS  (checked {done['calls']} of {done['calls']} "
+                                           f"API calls, {done['values']} values")

@@ -177,7 +177,7 @@ def test_terminal_summary_names_the_first_divergence(tmp_path, capsys):
     compare(tmp_path / "g", tmp_path / "t")
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("tsprobe compare: ERROR")
-    assert "First divergence: Torch.tanh.0.backward [backward]" in out
+    assert "First divergence: Torch.tanh.0.backward <-> Torch.tanh.0.backward [backward]" in out
 
 
 def test_several_ranks_are_compared_in_parallel_processes(tmp_path):

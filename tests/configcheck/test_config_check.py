@@ -80,7 +80,8 @@ def test_what_differs_is_named(tmp_path, golden):
 
 def test_other_data_is_named(tmp_path, golden):
     result = config_check(golden, train(tmp_path, "data", "--data-seed", "1"), verbose=False)
-    assert errors(result, "weights") == [("weights", n) for n in ("0.weight", "0.bias", "2.weight", "2.bias")]
+    # step 1's weights differ (trained on another batch): a result, not an input error
+    assert errors(result, "weights") == [] and result.pairs[1].sections["weights"] == "result"
     assert errors(result, "data")[0] == ("data", "args.0")
     assert result.pairs[0].sections["weights"] == "pass"      # step 0: same weights, other batch
 
@@ -252,3 +253,52 @@ def test_mindspore_fingerprint(tmp_path):
     other = config_check(str(tmp_path / "a"), str(tmp_path / "c"), verbose=False)   # another seed
     assert {n for s, n in errors(other, "weights")} == {"0.weight", "0.bias", "2.weight", "2.bias"}
     assert ("framework", "mindspore.seed") in [(f.section, f.name) for f in other.pairs[0].findings]
+
+
+def test_later_step_weights_are_results_not_config_errors(tmp_path, golden):
+    """Issue 25: another learning rate makes step 1's weights differ: a result of training, not
+    a config error. The inputs (step 0's weights, the data, the config) are judged as before."""
+    target = train(tmp_path, "lr", "--lr", "0.2")
+    result = config_check(golden, target, verbose=False)
+    step0, step1 = result.pairs
+    assert errors(result) == [("hyperparameters", "lr")] * 2        # the one input that differs, at each step
+    assert step0.sections["weights"] == "pass"
+    assert step1.sections["weights"] == "result"
+    later = [f for f in step1.findings if f.section == "weights"]
+    assert len(later) == 4 and {f.level for f in later} == {"info"}
+    assert all("a result of training" in f.note for f in later)
+    assert "weights: a result of the earlier steps, not an input (4 of 4 differ)" in step1.notes
+    assert "results, not inputs: weights" in result.text()
+    # how much was compared is said, per section
+    assert step0.checked["weights"] == 4 and step0.checked["data"] == 1 and step0.checked["hyperparameters"] > 0
+    assert result.summary()["pairs"][0]["checked"] == step0.checked and "  checked: " in result.text()
+
+
+def test_environment_a_framework_sets_itself_is_not_the_users_config():
+    from ts_core.configcheck.diff import diff
+
+    torch_run = {"environment": {"OMP_NUM_THREADS": "1"}, "framework": {"torch": {"version": "2"}}}
+    ms_run = {"environment": {"OMP_NUM_THREADS": "1", "KMP_DUPLICATE_LIB_OK": "True", "HCCL_CONNECT_TIMEOUT": "600"},
+              "framework": {"mindspore": {"version": "2"}}}
+    findings = {f.name: f for f in diff(torch_run, ms_run)[0] if f.section == "environment"}
+    assert {n: f.level for n, f in findings.items()} == {"KMP_DUPLICATE_LIB_OK": "info", "HCCL_CONNECT_TIMEOUT": "info"}
+    assert findings["KMP_DUPLICATE_LIB_OK"].note == "set by importing mindspore itself, not by the user"
+    # the same variable set by the user to another value, or without MindSpore, is the user's
+    user = dict(ms_run, environment=dict(ms_run["environment"], HCCL_CONNECT_TIMEOUT="120"))
+    assert {f.name: f.level for f in diff(torch_run, user)[0] if f.section == "environment"}["HCCL_CONNECT_TIMEOUT"] \
+        == "warning"
+    no_ms = dict(ms_run, framework={"torch": {"version": "2"}})
+    assert {f.level for f in diff(torch_run, no_ms)[0] if f.section == "environment"} == {"warning"}
+
+
+@require("mindspore")
+def test_the_framework_environment_table_is_what_mindspore_sets():
+    """FRAMEWORK_ENV checked against the real import (a fresh process without those variables)."""
+    from ts_core.configcheck.rules import FRAMEWORK_ENV, recorded_env
+
+    code = ("import json, os; before = dict(os.environ); import mindspore; "
+            "print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))")
+    env = {k: v for k, v in os.environ.items() if k not in FRAMEWORK_ENV["mindspore"]}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    set_by_import = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {k: v for k, v in set_by_import.items() if recorded_env(k)} == FRAMEWORK_ENV["mindspore"]

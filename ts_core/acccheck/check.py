@@ -26,6 +26,7 @@ from .standards import (ERROR, PASS, WARNING, compare_values, grade, load_standa
                         STANDARDS_YAML, worse)
 
 SKIP = "skip"
+NOTHING_CHECKED = "nothing checked"
 _REPLAYERS = {"pytorch": "ts_core.backends.torch.replay", "mindspore": "ts_core.backends.mindspore.replay"}
 # Each names a module whose ADAPTER is the framework side of replay.Adapter.
 
@@ -121,13 +122,50 @@ class AccCheckResult:
             c[call.status] += 1
         return c
 
+    @property
+    def checked(self) -> Dict[str, int]:
+        """How much was actually graded: API calls replayed, values graded (forward, backward)."""
+        graded = [r for r in self.details if r.status in (PASS, WARNING, ERROR)]
+        return {"calls": sum(1 for c in self.calls if c.status != SKIP), "of_calls": len(self.calls),
+                "values": len(graded), "forward_values": sum(1 for r in graded if r.direction == "forward"),
+                "backward_values": sum(1 for r in graded if r.direction == "backward")}
+
+    @property
+    def verdict(self) -> str:
+        """The worst graded call; NOTHING_CHECKED when no value was graded (never a pass)."""
+        c = self.counts
+        if not self.checked["values"]:
+            return NOTHING_CHECKED
+        return ERROR if c[ERROR] else WARNING if c[WARNING] else PASS
+
+    def nothing_checked(self) -> Optional[Tuple[str, str]]:
+        """(reason, fix) when nothing was graded, else None."""
+        if self.checked["values"]:
+            return None
+        if not self.calls:
+            return ("the dump holds no API call" + (f" (only {', '.join(f'{v} {k}' for k, v in self.other_records.items() if v)})"
+                                                    if any(self.other_records.values()) else ""),
+                    "re-dump with level: L1 or mix and task: tensor")
+        messages = [c.message for c in self.calls]
+        if all("no tensor data" in m for m in messages):
+            return ("the dump holds statistics only: no saved inputs to replay",
+                    "re-dump with task: tensor (level L1 or mix)")
+        if all("not installed here" in m or "has no replayer" in m for m in messages):
+            return messages[0], "run acc-check where the dump's framework is installed"
+        common = max({_reason_class(m) for m in messages}, key=lambda r: sum(_reason_class(m) == r for m in messages))
+        return (f"no API call could be replayed (most often: {common})",
+                "see why each was not replayed; a dump made with task: tensor at level L1 or mix replays")
+
     def summary(self) -> dict:
         reasons: Dict[str, List[str]] = {}
         examples: Dict[str, str] = {}
         for c in self.skipped:
             reasons.setdefault(_reason_class(c.message), []).append(c.key)
             examples.setdefault(_reason_class(c.message), c.message)
+        why = self.nothing_checked()
         return json_safe({
+            "verdict": self.verdict, "checked": self.checked,
+            **({"nothing_checked": {"reason": why[0], "fix": why[1]}} if why else {}),
             "dump": self.dump, "counts": self.counts, "other_records": self.other_records,
             "standards": self.standards,
             "failed": [{"key": c.key, "api_name": c.api_name, "step": c.step, "rank": c.rank,

@@ -40,10 +40,13 @@ def write_outputs(result: AccCheckResult, output_dir: "os.PathLike | str") -> No
 
 
 def summary_text(result: AccCheckResult, max_rows: int = 15) -> str:
-    c = result.counts
-    verdict = "ERROR" if c[ERROR] else ("WARNING" if c[WARNING] else "PASS")
-    lines = [f"tsprobe acc-check: {verdict}  ({c['calls']} API calls: {c[PASS]} pass, {c[WARNING]} warning, "
-             f"{c[ERROR]} error, {c[SKIP]} not replayed)"]
+    c, done = result.counts, result.checked
+    lines = [f"tsprobe acc-check: {result.verdict.upper()}  (checked {done['calls']} of {c['calls']} API calls, "
+             f"{done['values']} values: {c[PASS]} pass, {c[WARNING]} warning, {c[ERROR]} error, "
+             f"{c[SKIP]} not replayed)"]
+    why = result.nothing_checked()
+    if why:
+        lines.append(f"nothing was checked: {why[0]}; {why[1]}")
     other = {k: v for k, v in result.other_records.items() if v}
     if other:
         lines.append("not API calls (not checked): " + ", ".join(f"{v} {k}" for k, v in other.items()))

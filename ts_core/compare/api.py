@@ -14,7 +14,7 @@ from . import layouts
 from .engine import Options, compare_pair
 from .errors import DumpFormatError
 from .html import write_html
-from .loader import find_dumps, pair_units
+from .loader import Dump, find_dumps, pair_units
 from .matching import default_normalise
 from .ranks import rank_summary, timeline
 from .report import terminal_text, write_csv, write_summary
@@ -59,6 +59,8 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
                               rank_map)
         pairs, lone_g, lone_t = layout.pairs, [], []
     if not pairs:
+        for unit in lone_g + lone_t:    # a file that is no dump says so, not "nothing matches"
+            Dump(unit)
         raise DumpFormatError(f"nothing to compare: no step/rank of {golden} ({_labels(lone_g)}) matches one "
                               f"of {target} ({_labels(lone_t)})")
     n_workers = min(len(pairs), workers or os.cpu_count() or 1)
@@ -131,7 +133,7 @@ def write_outputs(result: CompareResult, out: Path, html: bool = True) -> None:
         result.report_path = result.files["html"] = str(out / "report.html")
     if result.ranks.get("steps"):
         result.files["ranks"] = str(out / RANKS_JSON)
-    write_csv(result.rows, out / "compare.csv")
+    write_csv(result.rows, out / "compare.csv", [p.first_divergence for p in result.pairs])
     if html:
         write_html(result, out / "report.html")
     write_summary(result, out / "summary.json")

@@ -29,7 +29,13 @@ VIEW_OPS = frozenset("""view reshape flatten unflatten squeeze unsqueeze expand 
 reshape_as contiguous transpose permute t swapaxes swapdims movedim moveaxis clone detach copy identity ravel
 expanddims broadcastto flatten_ alias atleast_1d atleast_2d atleast_3d squeeze_ unsqueeze_ transpose_ t_ mt
 adjoint numpy tensor_copy""".split())
+SHAPE_CONST_OPS = frozenset("zeros_like ones_like empty_like".split())    # values from the input's shape only
 CAST_OPS = frozenset("to float double half bfloat16 type type_as astype cast cpu cuda npu".split())
+# Ops whose outputs hold only values of their inputs, selected, split or joined (their gradients
+# too): no arithmetic, so they cannot introduce an error. msprobe's default risk level leaves
+# several of them out of its dumps.
+MOVE_OPS = frozenset("""split chunk unbind tensor_split split_with_sizes cat concat concatenate stack hstack vstack
+dstack __getitem__ getitem narrow select slice stridedslice flip roll""".split())
 
 # Precision of floating dtypes (higher is more precise); integers and bool are exact.
 _PRECISION = {"float64": 4, "double": 4, "float32": 3, "float": 3, "complex64": 3, "complex128": 4,
@@ -191,6 +197,12 @@ def describe_call(call) -> CallInfo:
     if op in VIEW_OPS:
         info.effect, info.src = LOSSLESS, ins[0]
         return info
+    if op in SHAPE_CONST_OPS:
+        info.effect = QUERY          # reads only its input's shape: a constant, no error can enter here
+        return info
+    if op in MOVE_OPS:
+        info.effect = LOSSLESS       # no src: its outputs are values of their own, linked to it
+        return info
     if op in CAST_OPS:
         pi = precision(ins[0].leaf.get("dtype"))
         po = precision(outs[0].leaf.get("dtype"))
@@ -204,6 +216,21 @@ def describe_call(call) -> CallInfo:
             if pi is None or po is None or po >= pi:
                 info.effect, info.src = LOSSLESS, src
     return info
+
+
+STRUCTURAL_OPS = QUERY_OPS | VIEW_OPS | MOVE_OPS | SHAPE_CONST_OPS
+
+
+def moves_only(info: CallInfo) -> bool:
+    """Does the call only move, view, widen or query values *by what it is* (a view, a
+    broadcast, a split, an up-cast, a shape query), whatever values it happened to record?"""
+    return info.harmless and (info.op in STRUCTURAL_OPS or info.op in CAST_OPS)
+
+
+def never_pair(a: CallInfo, b: CallInfo) -> bool:
+    """A call that only moves values and a call that computes are never the same call (a
+    broadcast returning its input is not a loss's subtraction), wherever they run."""
+    return (moves_only(a) and not b.harmless) or (moves_only(b) and not a.harmless)
 
 
 class Facts:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Tuple
 
-from .dataflow import LOSSLESS, Facts, Flow, fingerprint, precision, writes_in_place
+from .dataflow import LOSSLESS, MOVE_OPS, Facts, Flow, fingerprint, precision, writes_in_place
 from .loader import INPUT, OUTPUT, PARAMETER, Dump, Entry, is_tensor_summary
 from .matching import FORWARD, forward_key
 from .pairs import CallPair, in_time_order, members
@@ -246,7 +246,10 @@ class _Walk:
         in_fail = [r for r in failing if r.role != OUTPUT]
         causes: List[str] = []
         origins: List[str] = []
-        lossless = all(self.describe(c).effect == LOSSLESS for c in (cp.golden, cp.target))
+        # a view or cast only passes a differing input on; a call that joins or selects values
+        # (cat, split) is named when they arrive wired differently (swapped operands)
+        lossless = all(self.describe(c).effect == LOSSLESS and self.describe(c).op not in MOVE_OPS
+                       for c in (cp.golden, cp.target))
         for r in in_fail:
             if r.mode == "value":
                 continue
@@ -495,7 +498,7 @@ class _Walk:
             tensor=worst.name, verdict=worst.verdict, reason=worst.reason, cause=cause,
             metrics=worst.metrics(), stack=list(stack), source=user_frame(list(stack)),
             module=str(module) if module else None, step=self.step, rank=self.rank,
-            statistics_based=worst.mode != "tensor")
+            statistics_based=worst.mode != "tensor", golden_key=cp.golden.key if cp.golden else None)
 
     def _extra(self, src: CallPair, consumer: CallPair, row: Row) -> FirstDivergence:
         """The extra call (present on one side only) whose output feeds a differing input."""

@@ -17,7 +17,7 @@ from .metrics import STAT_NAMES, compare_arrays, compare_stats, has_stats
 from .pairs import CallPair, in_time_order, members, pair_values
 from .refine import Side, forward_partners, refine
 from .result import PairResult, Row, count_rows
-from .verdict import ERROR, PASS, WARNING, pick_tolerance, stats_verdict, tensor_verdict, values_equal, worse
+from .verdict import ERROR, PASS, WARNING, dtype_family, pick_tolerance, stats_verdict, tensor_verdict, values_equal, worse
 
 
 @dataclass
@@ -120,6 +120,7 @@ def _numel(shape: Optional[list]) -> Optional[int]:
 def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Options,
                     exact_shape: bool = True) -> Row:
     tol = pick_tolerance(row.golden_dtype, row.target_dtype, opts.rtol, opts.atol)
+    exact = "exact" in (dtype_family(row.golden_dtype), dtype_family(row.target_dtype))   # as pick_tolerance
     row.rtol, row.atol, row.stat_rtol = tol.rtol, tol.atol, tol.stat_rtol
     notes: List[str] = []
     if _dtype_name(row.golden_dtype) != _dtype_name(row.target_dtype):
@@ -162,7 +163,7 @@ def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Opti
     if not opts.stats_only and gl.get("data_name") and tl.get("data_name"):
         try:
             verdict, reason = _compare_data(gl["data_name"], tl["data_name"], row, gd, td, tol, opts, layout)
-            if verdict == PASS or not layout or stats is None or stats_verdict(stats, tol.stat_rtol, tol.atol, _numel(gs))[0] != PASS:
+            if verdict == PASS or not layout or stats is None or stats_verdict(stats, tol.stat_rtol, tol.atol, _numel(gs), exact)[0] != PASS:
                 row.mode, row.verdict, row.reason = "tensor", verdict, "; ".join([reason] + notes)
                 return row
             notes.append("element-wise in no layout tried; the statistics (which do not depend on the layout) "
@@ -174,7 +175,7 @@ def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Opti
         notes.append(f"{side} has no tensor data; compared statistics")
 
     if stats is not None:
-        verdict, reason = stats_verdict(stats, tol.stat_rtol, tol.atol, _numel(gs))
+        verdict, reason = stats_verdict(stats, tol.stat_rtol, tol.atol, _numel(gs), exact)
         row.mode = "statistics"
         if row.md5_equal is True:
             verdict, reason = PASS, f"bitwise equal ({kind})"
@@ -269,6 +270,8 @@ def compare_calls(cp: CallPair, order: int, step: Optional[int], rank: str, gd: 
         return rows
     rows = []
     for role, arg, ge, te, note in pair_values(cp):
+        if role == OUTPUT and ((ge is None and g.unplaced) or (te is None and t.unplaced)):
+            continue            # msprobe recorded no gradient we can place for this input
         if not one_sided_params and (ge is None or te is None) and \
                 (role == PARAMETER or (role != OUTPUT and cp.kind == "api")):
             continue
@@ -385,6 +388,15 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
             bar.advance()
     rows = [r for seq in seqs for cp in seq for r in cp.rows]
     fd, note = find_first_divergence(seqs, gd, td, step, rank, facts)
+    programs = same_program(seqs)
+    if not programs["same"] and gd.level and td.level and gd.level != td.level:
+        programs["evidence"] += (f"; the dumps were made at different levels (golden {gd.level}, target "
+                                 f"{td.level}): dump both at one level")
+    lone = programs["only_golden"] + programs["only_target"]
+    if not programs["same"]:
+        fd, note = None, programs["evidence"]
+    elif fd is None and lone:
+        note += f"; {lone} calls have no partner on the other side and were not compared"
     matched = sum(1 for seq in seqs for cp in seq if cp.golden and cp.target)
     counts = {"records_golden": len(gcalls), "records_target": len(tcalls), "matched": matched,
               "unmatched_golden": sum(1 for s in seqs for cp in s if cp.target is None),
@@ -394,4 +406,45 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
     warnings = notes + [f"{side} dump is marked incomplete (the run stopped early): {d.path}"
                 for side, d in (("golden", gd), ("target", td)) if d.incomplete]
     return PairResult(step, rank, str(golden.json_path), str(target.json_path), rows, fd, note, counts, modes,
-                      warnings)
+                      warnings, programs=programs)
+
+
+MIN_MATCHED_SHARE = 0.5     # below this share of paired calls on both sides: different programs
+
+
+def same_program(seqs: List[List[CallPair]]) -> dict:
+    """Do two dumps describe the same program? Not when, on each side, fewer than
+    MIN_MATCHED_SHARE of the calls that could change a result found a partner (one side may
+    record more: MindSpore's loss Cells, a framework's extra ops), or when both record modules
+    and none pairs. Returns the counts and, when they differ, the evidence in words."""
+    pairs = [cp for seq in seqs for cp in seq if cp.kind != "parameters_grad"]
+    counted = [cp for cp in pairs if cp.matched or not cp.harmless]
+    matched = sum(1 for cp in counted if cp.matched)
+    only_g = sum(1 for cp in counted if cp.target is None)
+    only_t = sum(1 for cp in counted if cp.golden is None)
+    # a side that records nothing pairs nothing (its share is 0, not "all of nothing")
+    share = max(matched / (matched + only_g) if matched + only_g else 0.0,
+                matched / (matched + only_t) if matched + only_t else 0.0)
+    modules = {"golden": [cp.golden for cp in pairs if cp.kind == "module" and cp.golden is not None],
+               "target": [cp.target for cp in pairs if cp.kind == "module" and cp.target is not None]}
+    no_common_tree = bool(modules["golden"] and modules["target"]) and not any(
+        cp.matched for cp in pairs if cp.kind == "module")
+    if not counted:       # nothing recorded on either side: nothing was checked, which is no pass
+        return {"same": False, "matched": 0, "calls": 0, "only_golden": 0, "only_target": 0, "matched_share": 0.0,
+                "min_matched_share": MIN_MATCHED_SHARE, "common_module_tree": False,
+                "evidence": "nothing was compared: neither dump records a call (an empty step, or a dump made "
+                            "with a scope or list that matched nothing); re-dump the steps that ran the model"}
+    out = {"same": share >= MIN_MATCHED_SHARE and not no_common_tree, "matched": matched, "calls": len(counted),
+           "only_golden": only_g, "only_target": only_t, "matched_share": round(share, 4),
+           "min_matched_share": MIN_MATCHED_SHARE, "common_module_tree": not no_common_tree, "evidence": ""}
+    if not out["same"]:
+        why = [f"{matched} calls paired, {only_g} only in golden, {only_t} only in target (in one program, "
+               f"at least {MIN_MATCHED_SHARE:.0%} of one side's calls pair)"]
+        if no_common_tree:
+            names = {side: ", ".join(list(dict.fromkeys(c.key.rsplit(".", 2)[0] for c in calls))[:3])
+                     for side, calls in modules.items()}
+            why.append(f"no module in common (golden: {names['golden']} ...; target: {names['target']} ...)")
+        out["evidence"] = ("the two dumps do not describe the same program: " + "; ".join(why)
+                           + ". Calls of two programs were paired only by chance: their rows say nothing about "
+                             "precision; compare two dumps of the same model")
+    return out

@@ -127,7 +127,7 @@ def write_html(result: CompareResult, path: Path, max_rows: int = 20000) -> None
     esc = html.escape
     if fd:
         where = "/".join(x for x in (f"step{fd.step}" if fd.step is not None else "", fd.rank) if x)
-        head = (f"<div class='box'><b class='error'>First divergence:</b> <code>{esc(fd.key)}</code> "
+        head = (f"<div class='box'><b class='error'>First divergence:</b> <code>{esc(fd.calls)}</code> "
                 f"[{esc(fd.direction)}]{' in <code>' + esc(fd.module) + '</code>' if fd.module else ''}"
                 f"{' on ' + esc(where) if where else ''}<br>"
                 f"<code>{esc(fd.tensor)}</code>: <b class='{esc(fd.verdict)}'>{esc(fd.verdict)}</b> - {esc(fd.reason)}<br>"
@@ -137,6 +137,8 @@ def write_html(result: CompareResult, path: Path, max_rows: int = 20000) -> None
                    if fd.stack else "") + "</div>")
     else:
         head = f"<div class='box'>{esc(result.summary().get('first_divergence_note') or 'no divergence')}</div>"
+    for p in result.different_programs:
+        head = f"<div class='box'><b class='error'>Different programs:</b> {esc(p.programs['evidence'])}</div>" + head
     for step in result.ranks.get("steps", []):
         head += f"<div class='box'><b>Ranks:</b> {esc(step['explanation'])}</div>"
     c = result.counts

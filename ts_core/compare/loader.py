@@ -13,9 +13,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..dumpfmt import (INPUT, OUTPUT, PARAMETER, TENSOR_DIR, DumpUnit, Entry, TensorFileError,
+from ..dumpfmt import (INPUT, DumpFormatError, OUTPUT, PARAMETER, TENSOR_DIR, DumpUnit, Entry, TensorFileError,
                        find_dumps, is_tensor_summary, parse_key, read_construct, read_header_and_data, read_json,
                        read_stacks, record_entries)
+from .autograd_order import reorder
 
 __all__ = ["Dump", "DumpUnit", "Call", "Entry", "find_dumps", "read_json", "record_to_call", "is_tensor_summary",
            "load_tensor_file", "pair_units", "INPUT", "OUTPUT", "PARAMETER"]
@@ -29,6 +30,7 @@ class Call:
     index: int       # position in dump.json (execution order as written)
     entries: List[Entry] = field(default_factory=list)
     members: List["Call"] = field(default_factory=list)   # a merged group: the calls it stands for
+    unplaced: bool = False   # an msprobe backward record whose input gradients could not be placed
 
 
 def record_to_call(key: str, record: Any, index: int) -> Call:
@@ -46,17 +48,26 @@ class Dump:
         self.path = unit.json_path
         self.dir = unit.json_path.parent
         header, self.data = read_header_and_data(str(self.path))
+        if self.data and not any(isinstance(v, dict) for v in self.data.values()):
+            raise DumpFormatError(f"{self.path}: not a dump (its \"data\" holds no record: each is an object of "
+                                  f"input_args/output/... keyed by a call name such as Functional.linear.0.forward)")
         self.task: str = str(header.get("task") or "")
         self.level: str = str(header.get("level") or "")
         self.framework: str = str(header.get("framework") or "")
         self.data_dir: Optional[str] = header.get("dump_data_dir") if isinstance(header.get("dump_data_dir"), str) \
             else None
         self.incomplete = bool(header.get("incomplete"))
+        order = reorder(self.path, unit.rank, self.framework, self.data)   # msprobe: backward grads in our order
+        self.data, self.transposed, self.unplaced = order.data, order.transposed, order.unplaced
+        self.msprobe = order.msprobe
         self._stack: Optional[Dict[str, List[str]]] = None
         self._construct: Optional[Dict[str, Any]] = None
 
     def calls(self) -> List[Call]:
-        return [record_to_call(k, v, i) for i, (k, v) in enumerate(self.data.items())]
+        calls = [record_to_call(k, v, i) for i, (k, v) in enumerate(self.data.items())]
+        for c in calls:
+            c.unplaced = c.key in self.unplaced
+        return calls
 
     @property
     def stacks(self) -> Dict[str, List[str]]:
@@ -82,7 +93,8 @@ class Dump:
         raise TensorFileError(f"tensor file missing: {candidates[0]}")
 
     def load_tensor(self, data_name: str) -> np.ndarray:
-        return load_tensor_file(self.tensor_path(data_name))
+        array = load_tensor_file(self.tensor_path(data_name))
+        return array.T if data_name in self.transposed else array    # msprobe's weight^T gradient
 
 
 def load_tensor_file(path: Path) -> np.ndarray:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..dumpfmt import BACKWARD, FORWARD, INPUT, OUTPUT, forward_key
-from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, QUERY, CallInfo, Facts, Flow, fingerprint, numel,
+from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, MOVE_OPS, QUERY, CallInfo, Facts, Flow, fingerprint, never_pair, numel,
                        precision, roots, stats_distance, tensors)
 from .loader import Call
 from .matching import align, default_normalise
@@ -121,8 +121,8 @@ def _score(gc: Call, tc: Call, gs: Side, ts: Side) -> Optional[int]:
     gi, ti = gs.of(gc), ts.of(tc)
     if gc.kind == "module":
         return 6 if gs.name(gc.key).rsplit(".", 3)[0] == ts.name(tc.key).rsplit(".", 3)[0] else None
-    if not gi.outs or not ti.outs or (gi.effect == LOSSLESS) != (ti.effect == LOSSLESS):
-        return None          # lossless ops pair only with lossless ops: alone they are harmless anyway
+    if not gi.outs or not ti.outs or ((gi.harmless or ti.harmless) and gi.effect != ti.effect) or never_pair(gi, ti):
+        return None          # lossless ops (and constants) pair only with their kind: alone they are harmless
     if _shapes_conflict(gi, ti):
         return None
     g_n = {numel(e.leaf) for e in gi.outs}
@@ -196,9 +196,10 @@ def _harmless_reason(call: Call, side: Side) -> Optional[str]:
         return inside
     info = side.of(call)
     if info.effect == QUERY:
-        return f"a query ({info.op}) with no tensor output"
+        return (f"a constant made from its input's shape ({info.op})" if info.outs
+                else f"a query ({info.op}) with no tensor output")
     if info.effect == LOSSLESS:
-        return f"a lossless op ({info.op}): its output holds its input's values"
+        return f"a lossless op ({info.op}): its outputs hold only its inputs' values"
     unread = not set(roots(side.flow, info.outs)) & side.consumed
     if info.outs and unread and all(precision(o.leaf.get("dtype")) is None for o in info.outs):
         return f"integer bookkeeping ({info.op}, e.g. a step counter) that no recorded call reads"
@@ -412,8 +413,9 @@ def _shapes_conflict(a: CallInfo, b: CallInfo) -> bool:
     head split is not the ``reshape(2, 5, 48)`` MindSpore's ``Dense`` runs, nor is a ``float()``
     of ``[2, 5, 32]`` the ``Reshape`` of ``[10, 32]``. (Backward records: the shapes of the
     gradients they receive.) Alone on its side each is harmless; paired they would compare
-    values of different tensors."""
-    if not (a.harmless and b.harmless):
+    values of different tensors. Not for calls that select or join values (cat, split,
+    getitem): given other shapes, the same call was made another way (swapped operands)."""
+    if not (a.harmless and b.harmless) or a.op in MOVE_OPS or b.op in MOVE_OPS:
         return False
     for x, y in ((a.ins, b.ins), (a.outs, b.outs)):
         sx, sy = _leading_shape(x), _leading_shape(y)
@@ -549,7 +551,7 @@ def refine(raw: List[CallPair], gs: Side, ts: Side, cross: bool,
            partners: Optional[Dict[str, str]] = None) -> List[CallPair]:
     """Resolve the gaps between the matched pairs of `raw` (one direction, one kind of call).
     ``partners`` (backward records): how the forward calls paired."""
-    raw = _dissolve_doubtful(_dissolve_misshaped(raw, gs, ts), gs, ts)
+    raw = _dissolve_doubtful(_dissolve_misshaped(_split_movers(raw, gs, ts), gs, ts), gs, ts)
     out: List[CallPair] = []
     G: List[Call] = []
     T: List[Call] = []
@@ -575,7 +577,22 @@ def refine(raw: List[CallPair], gs: Side, ts: Side, cross: bool,
         out = _follow_forward(out, partners, gs, ts, cross)
     else:
         _repair_order(out, gs, ts)
-    return _regroup_swapped(out, gs, ts, cross)
+    return _split_movers(_regroup_swapped(out, gs, ts, cross), gs, ts)
+
+
+def _split_movers(pairs: List[CallPair], gs: Side, ts: Side) -> List[CallPair]:
+    """No pair of a call that only moves values with one that computes (``dataflow.never_pair``),
+    however it was made (names, a mapping, a move): each stays alone on its side, where the
+    mover is harmless and the computing call is shown (and may be named) as one-sided."""
+    out: List[CallPair] = []
+    for cp in pairs:
+        if cp.matched and cp.kind == "api" and not cp.golden.members and not cp.target.members \
+                and never_pair(gs.of(cp.golden), ts.of(cp.target)):
+            out += [CallPair(cp.golden, None, cp.direction, harmless=_harmless_reason(cp.golden, gs)),
+                    CallPair(None, cp.target, cp.direction, harmless=_harmless_reason(cp.target, ts))]
+        else:
+            out.append(cp)
+    return out
 
 
 def _pair_moved_modules(pairs: List[CallPair], gs: Side, ts: Side, cross: bool) -> List[CallPair]:

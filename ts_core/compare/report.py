@@ -4,7 +4,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Any, List
+from typing import Any, List, Sequence
 
 from ..dumpfmt import json_safe
 from .result import CSV_COLUMNS, CompareResult, Row
@@ -23,13 +23,20 @@ def csv_value(v: Any) -> Any:
     return repr(v) if isinstance(v, float) else v
 
 
-def write_csv(rows: List[Row], path: Path) -> None:
-    """One row per compared value; numbers stay numbers (full precision, not formatted)."""
+FIRST_DIVERGENCE_COLUMN = "first_divergence"
+
+
+def write_csv(rows: List[Row], path: Path, first: Sequence[Any] = ()) -> None:
+    """One row per compared value; numbers stay numbers (full precision, not formatted). The
+    last column names both sides' calls (``golden <-> target``) on the row of each step/rank's
+    first divergence (`first`: FirstDivergence objects)."""
+    marks = {(fd.step, fd.rank, fd.tensor): fd.calls for fd in first if fd is not None}
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(CSV_COLUMNS)
+        w.writerow(CSV_COLUMNS + [FIRST_DIVERGENCE_COLUMN])
         for r in rows:
-            w.writerow([csv_value(getattr(r, c)) for c in CSV_COLUMNS])
+            mark = marks.pop((r.step, r.rank, r.name), "")
+            w.writerow([csv_value(getattr(r, c)) for c in CSV_COLUMNS] + [mark])
 
 
 def write_summary(result: CompareResult, path: Path) -> None:

@@ -106,13 +106,22 @@ class FirstDivergence:
     step: Optional[int] = None
     rank: str = ""
     statistics_based: bool = False
+    golden_key: Optional[str] = None      # None: the call runs in target only (``key`` is then target's)
+
+    @property
+    def calls(self) -> str:
+        """Both sides' calls: ``golden <-> target`` (``-`` for a side that has none)."""
+        golden = self.golden_key if self.golden_key is not None or self.target_key is None else None
+        if golden is None and self.target_key is not None and self.key != self.target_key:
+            golden = self.key           # a result saved before golden_key existed
+        return f"{golden or '-'} <-> {self.target_key or '-'}"
 
     def to_dict(self) -> dict:
-        return _clean(asdict(self))
+        return _clean(dict(asdict(self), calls=self.calls))
 
     def describe(self) -> str:
         where = f" (in {self.module})" if self.module else ""
-        lines = [f"First divergence: {self.key} [{self.direction}]{where}",
+        lines = [f"First divergence: {self.calls} [{self.direction}]{where}",
                  f"  {self.tensor}: {self.verdict} - {self.reason}",
                  f"  cause: {self.cause}"]
         if self.source:
@@ -135,10 +144,16 @@ class PairResult:
     modes: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     timeline: Dict[str, Any] = field(default_factory=dict)   # many ranks: see ranks.timeline
+    programs: Dict[str, Any] = field(default_factory=dict)   # engine.same_program: do the dumps match?
+
+    @property
+    def same_program(self) -> bool:
+        return self.programs.get("same", True)
 
     def to_dict(self, with_rows: bool = False) -> dict:
         d = {"step": self.step, "rank": self.rank, "golden": self.golden, "target": self.target,
              "counts": self.counts, "modes": self.modes, "note": self.note, "warnings": self.warnings,
+             "programs": self.programs,
              "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None}
         if self.timeline:
             d["timeline"] = self.timeline
@@ -197,9 +212,19 @@ class CompareResult:
         return total
 
     @property
+    def different_programs(self) -> List["PairResult"]:
+        """The step/rank pairs whose dumps do not describe the same program."""
+        return [p for p in self.pairs if not p.same_program]
+
+    @property
     def verdict(self) -> str:
+        """The worst row verdict (a first divergence that is a warning leaves it a warning);
+        ERROR when the dumps describe different programs; at least WARNING when a step/rank
+        has no partner."""
+        if self.different_programs:
+            return ERROR
         c = self.counts
-        if self.first_divergence or c.get(ERROR):
+        if c.get(ERROR):
             return ERROR
         if c.get(WARNING) or self.unpaired_golden or self.unpaired_target:
             return WARNING
@@ -210,9 +235,10 @@ class CompareResult:
         note = None
         if fd is None:
             notes = [p.note for p in self.pairs if p.note]
-            note = "; ".join(notes) if notes else "no call introduced an error"
+            note = "; ".join(dict.fromkeys(notes)) if notes else "no call introduced an error"
         return _clean({
-            "verdict": self.verdict, "golden": self.golden, "target": self.target,
+            "verdict": self.verdict, "different_programs": bool(self.different_programs),
+            "golden": self.golden, "target": self.target,
             "counts": self.counts, "tolerances": self.tolerances, "options": self.options,
             "first_divergence": fd.to_dict() if fd else None, "first_divergence_note": note,
             "pairs": [p.to_dict() for p in self.pairs],

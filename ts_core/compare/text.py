@@ -25,15 +25,21 @@ def _short(s: str, n: int) -> str:
 def terminal_text(result: Any, max_rows: int = 12) -> str:
     """The verdict, the first divergence, then the earliest failing rows as a short table."""
     c = result.counts
-    lines = [f"tsprobe compare: {result.verdict.upper()}  "
+    differ = [p for p in result.pairs if p.programs and not p.programs.get("same", True)]
+    label = "" if not differ else " (nothing compared)" if all(p.programs.get("calls") == 0 for p in differ) \
+        else " (different programs)"
+    lines = [f"tsprobe compare: {result.verdict.upper()}{label}  "
              f"({c.get('matched', 0)} calls matched, {c.get('unmatched_golden', 0)} only in golden, "
              f"{c.get('unmatched_target', 0)} only in target; rows: {c.get(PASS, 0)} pass, "
              f"{c.get(WARNING, 0)} warning, {c.get(ERROR, 0)} error)"]
     fd = result.first_divergence
-    if fd:
+    for p in differ[:3]:
+        where = ", ".join(x for x in (f"step {p.step}" if p.step is not None else "", p.rank) if x)
+        lines.append(p.programs["evidence"] + (f" ({where})" if where else ""))
+    if fd and not differ:     # with different programs the evidence above replaces both lines below
         where = ", ".join(x for x in (f"step {fd.step}" if fd.step is not None else "", fd.rank) if x)
         lines.append(fd.describe() + (f"\n  ({where})" if where else ""))
-    else:
+    elif not differ:
         lines.append(result.summary().get("first_divergence_note") or "no call introduced an error")
     bad = [r for r in result.rows if r.verdict != PASS][:max_rows]
     if bad:

@@ -17,11 +17,11 @@ from typing import Any, Dict, List
 
 from ..dumpfmt import DumpFormatError, json_safe, write_text_atomic
 from .collect import record_hyperparameters
-from .diff import ERROR, INFO, PASS, SECTIONS, WARNING, Finding, diff
+from .diff import ERROR, INFO, PASS, RESULT, SECTIONS, WARNING, Finding, diff
 from .sources import Source, load_run
 
 RESULT_JSON, RESULT_CSV = "config_check.json", "config_check.csv"
-_RANK = {PASS: 0, INFO: 0, "not recorded": 0, WARNING: 1, ERROR: 2}
+_RANK = {PASS: 0, INFO: 0, "not recorded": 0, RESULT: 0, WARNING: 1, ERROR: 2}
 
 
 @dataclass
@@ -36,6 +36,21 @@ class PairCheck:
     def verdict(self) -> str:
         worst = max((_RANK[f.level] for f in self.findings), default=0)
         return {0: PASS, 1: WARNING, 2: ERROR}[worst]
+
+    @property
+    def checked(self) -> Dict[str, int]:
+        """How many items of each section both fingerprints hold (what was actually compared)."""
+        g, t = self.golden.doc, self.target.doc
+        out = {}
+        for section in SECTIONS:
+            a, b = g.get(section), t.get(section)
+            if section == "python":
+                out[section] = int(a is not None and b is not None)
+            elif section == "framework":
+                out[section] = sum(len(a[k]) for k in (a or {}) if k in (b or {}) and isinstance(a[k], dict))
+            else:
+                out[section] = len(set(a or {}) & set(b or {})) if isinstance(a, dict) and isinstance(b, dict) else 0
+        return out
 
 
 @dataclass
@@ -59,14 +74,20 @@ class ConfigCheckResult:
             "verdict": self.verdict, "golden": self.golden, "target": self.target,
             "pairs": [{"step": p.golden.step, "rank": p.golden.rank or p.target.rank, "golden": str(p.golden.json_path),
                        "target": str(p.target.json_path), "verdict": p.verdict, "sections": p.sections,
+                       "checked": p.checked,
                        "notes": p.notes, "findings": [f.to_dict() for f in p.findings]} for p in self.pairs],
             "unpaired_golden": self.unpaired_golden, "unpaired_target": self.unpaired_target, "files": self.files})
 
     def text(self, max_rows: int = 25) -> str:
         lines = [f"tsprobe config-check: {self.verdict.upper()}"]
         for p in self.pairs:
-            lines.append(f"{p.golden.label} vs {p.target.label}: {p.verdict}  ("
-                         + ", ".join(f"{s} {v}" for s, v in p.sections.items()) + ")")
+            inputs = ", ".join(f"{s} {v}" for s, v in p.sections.items() if v != RESULT)
+            results = [s for s, v in p.sections.items() if v == RESULT]
+            lines.append(f"{p.golden.label} vs {p.target.label}: {p.verdict}  (inputs: {inputs}"
+                         + (f"; results, not inputs: {', '.join(results)}" if results else "") + ")")
+            lines.append("  checked: " + ", ".join(f"{n} {s}" for s, n in p.checked.items() if n)
+                         if any(p.checked.values()) else "  checked: nothing (the fingerprints hold no section "
+                                                         "both record)")
             shown = sorted((f for f in p.findings if f.level in (ERROR, WARNING)), key=lambda f: -_RANK[f.level])
             for f in shown[:max_rows]:
                 note = f"  ({f.note})" if f.note else ""
@@ -100,8 +121,11 @@ def config_check(golden: "os.PathLike | str", target: "os.PathLike | str",
         raise DumpFormatError(f"nothing to check: no step/rank of {golden} ({', '.join(s.label for s in gs)}) matches "
                               f"one of {target} ({', '.join(s.label for s in ts)})")
     checks = []
+    first = min((g.step for g, _ in pairs if g.step is not None), default=None)
     for g, t in pairs:
-        findings, sections, notes = diff(g.doc, t.doc)
+        # the weights a run starts from are an input; those of its later steps are results
+        findings, sections, notes = diff(g.doc, t.doc, weights_are_results=first is not None and g.step is not None
+                                         and g.step > first)
         checks.append(PairCheck(g, t, findings, sections, notes))
     result = ConfigCheckResult(str(golden), str(target), checks, [s.label for s in lone_g], [s.label for s in lone_t])
     if output_dir is not None:

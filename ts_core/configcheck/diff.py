@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..dumpfmt import STAT_FIELDS
-from .rules import DETERMINISM_ENV, canonical, hyperparameter_level, package_level
+from .rules import DETERMINISM_ENV, canonical, hyperparameter_level, package_level, set_by_framework
 
 ERROR, WARNING, INFO, PASS = "error", "warning", "info", "pass"
 SECTIONS = ("packages", "python", "environment", "framework", "hyperparameters", "tsprobe_config", "weights", "data")
@@ -53,6 +53,19 @@ def _same(a: Any, b: Any) -> bool:
         return math.isclose(float(a), float(b), rel_tol=1e-12)       # "1e-3" and "0.001"
     except (TypeError, ValueError):
         return str(a).lower() == str(b).lower()
+
+
+def _environment(g: Dict[str, Any], t: Dict[str, Any], g_fw, t_fw) -> List[Finding]:
+    """Variables the user set; one that only a framework's import set (MindSpore sets
+    KMP_DUPLICATE_LIB_OK) is not the user's config: info, with the reason."""
+    out = _mapping("environment", g, t, lambda n: ERROR if n in DETERMINISM_ENV else WARNING)
+    for f in out:
+        by = [fw for name, side, fws in ((f.golden, g, g_fw), (f.target, t, t_fw))
+              if f.name in side for fw in [set_by_framework(f.name, side[f.name], fws)] if fw]
+        present = [side for side in (g, t) if f.name in side]
+        if by and len(by) == len(present):
+            f.level, f.note = INFO, f"set by importing {by[0]} itself, not by the user"
+    return out
 
 
 def _hyper(g: Dict[str, Any], t: Dict[str, Any]) -> List[Finding]:
@@ -144,15 +157,22 @@ def _stats_text(s: Dict[str, Any]) -> str:
     return ", ".join(f"{k}={s.get(k):.6g}" for k in STAT_FIELDS if isinstance(s.get(k), (int, float)))
 
 
-def diff(golden: Dict[str, Any], target: Dict[str, Any]) -> Tuple[List[Finding], Dict[str, str], List[str]]:
-    """Findings, a verdict per section and notes, for two fingerprints."""
+RESULT = "result"          # the verdict of a section that holds results of training, not inputs
+
+
+def diff(golden: Dict[str, Any], target: Dict[str, Any],
+         weights_are_results: bool = False) -> Tuple[List[Finding], Dict[str, str], List[str]]:
+    """Findings, a verdict per section and notes, for two fingerprints. Inputs are the config,
+    the environment the user set, the data and the weights a run starts from; with
+    ``weights_are_results`` (a later step of the same runs) the weights are what training made
+    of those inputs: their differences are reported as results (info), never as config errors."""
     f: List[Finding] = []
     notes: List[str] = []
     f += _mapping("packages", golden.get("packages") or {}, target.get("packages") or {}, package_level)
     if golden.get("python") != target.get("python"):
         f.append(Finding("python", "version", _fmt(golden.get("python")), _fmt(target.get("python")), WARNING))
-    f += _mapping("environment", golden.get("environment") or {}, target.get("environment") or {},
-                  lambda n: ERROR if n in DETERMINISM_ENV else WARNING)
+    f += _environment(golden.get("environment") or {}, target.get("environment") or {},
+                      list(golden.get("framework") or {}), list(target.get("framework") or {}))
     f += _framework(golden.get("framework") or {}, target.get("framework") or {})
     f += _hyper(golden.get("hyperparameters") or {}, target.get("hyperparameters") or {})
     f += _mapping("tsprobe_config", golden.get("tsprobe_config") or {}, target.get("tsprobe_config") or {},
@@ -169,6 +189,15 @@ def diff(golden: Dict[str, Any], target: Dict[str, Any]) -> Tuple[List[Finding],
                                                                 "step)" if section == "data" else "")))
             continue
         found, note = _tensors(section, g, t)
+        if section == "weights" and weights_are_results:
+            for x in found:
+                x.level = INFO
+                x.note = "a result of training (a later step's weights), not an input; " + x.note
+            verdicts[section] = RESULT
+            notes.append(f"weights: a result of the earlier steps, not an input"
+                         + (f" ({len(found)} of {len(g)} differ)" if found else f" (all {len(g)} identical)"))
+            f += found
+            continue
         f += found
         if note:
             notes.append(f"{section}: {note}")

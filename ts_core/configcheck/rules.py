@@ -31,6 +31,10 @@ DETERMINISM_ENV = {
 # Recorded too; a difference is a warning (placement, threads, logging of the frameworks).
 RECORDED_ENV_PREFIXES = ("NCCL_", "HCCL_", "CUBLAS", "CUDNN_", "CUDA_", "ASCEND_", "TORCH_", "PYTORCH_", "MS_",
                          "OMP_", "MKL_", "KMP_", "GLOG_", "ACL_", "ATB_", "LCCL_", "NPU_", "XLA_")
+# Variables a framework sets in its own process when it is imported: not the user's config.
+FRAMEWORK_ENV = {
+    "mindspore": {"KMP_DUPLICATE_LIB_OK": "True", "HCCL_CONNECT_TIMEOUT": "600"},
+}
 # Never recorded, whatever the prefix.
 _SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE", re.I)
 
@@ -102,3 +106,8 @@ def _is_number(tok: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+def set_by_framework(name: str, value: object, frameworks) -> Optional[str]:
+    """The imported framework that sets `name` to `value` itself, if one does."""
+    return next((fw for fw in frameworks if FRAMEWORK_ENV.get(fw, {}).get(name) == value), None)
