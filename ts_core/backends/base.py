@@ -132,7 +132,7 @@ class Backend(abc.ABC):
 
     def watch_iterations(self, model: Any, on_begin: Callable[[], None], on_end: Callable[[], None]) -> None:
         """Call on_begin/on_end around every forward of the root model (token ranges)."""
-        self.hooks.handles.append(model.register_forward_pre_hook(lambda m, a: on_begin()))
+        self.hooks.handles.append(self._forward_pre_hook_impl(model, lambda m, a: on_begin(), with_kwargs=False))
         self.hooks.handles.append(self._forward_hook_impl(model, lambda m, a, o: on_end(), with_kwargs=False))
 
     def new_step(self) -> None:
@@ -177,10 +177,10 @@ class Backend(abc.ABC):
             self._module_dump_names.clear()
         self.module_dumps.hooked.add(module)
         self._module_dump_names[id(module)] = dump_name
-        base = f"{self.module_prefix}.{dump_name}.{type(module).__name__}"
+        base = f"{self.module_prefix}.{dump_name}.{self._class_name_impl(module)}"
         handles = self.module_dumps.handles
-        handles.append(module.register_forward_pre_hook(
-            functools.partial(self._gated_pre, gate, self.module_dumps, base), with_kwargs=True))
+        handles.append(self._forward_pre_hook_impl(
+            module, functools.partial(self._gated_pre, gate, self.module_dumps, base), with_kwargs=True))
         handles.append(self._forward_hook_impl(
             module, functools.partial(self._post, self.module_dumps, base), with_kwargs=True))
 
@@ -279,9 +279,9 @@ class Backend(abc.ABC):
         handles = self.hooks.handles
         for path, module in self._submodules_impl(model):
             name = path if index is None else f"{index}.{path}"
-            base = f"{self.module_prefix}.{name}.{type(module).__name__}"
-            handles.append(module.register_forward_pre_hook(
-                functools.partial(self._gated_pre, self.switch, self.hooks, base), with_kwargs=True))
+            base = f"{self.module_prefix}.{name}.{self._class_name_impl(module)}"
+            handles.append(self._forward_pre_hook_impl(
+                module, functools.partial(self._gated_pre, self.switch, self.hooks, base), with_kwargs=True))
             handles.append(self._forward_hook_impl(module, functools.partial(self._post, self.hooks, base),
                                                    with_kwargs=True))
             for pname, param in self._own_parameters_impl(module).items():
@@ -451,6 +451,15 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def _rank_impl(self) -> Optional[int]:
         """See ``rank``."""
+
+    def _class_name_impl(self, module: Any) -> str:
+        """The class name in `module`'s record keys (torch: the compiled module's own class)."""
+        return type(module).__name__
+
+    def _forward_pre_hook_impl(self, module: Any, hook: Callable, with_kwargs: bool) -> Any:
+        """Register `hook` to run before every forward of `module`; returns the handle. (torch:
+        the hook body runs outside a torch.compile graph.)"""
+        return module.register_forward_pre_hook(hook, with_kwargs=with_kwargs)
 
     def _forward_hook_impl(self, module: Any, hook: Callable, with_kwargs: bool) -> Any:
         """Register `hook` to run after every forward of `module`, also when the forward raises

@@ -5,6 +5,9 @@ gradients come from ``register_post_accumulate_grad_hook`` and can be re-read fr
 backward is captured without adding a node to the autograd graph: read-only hooks on the nodes
 a call created that feed its inputs, or, for in-place and view-returning calls, a hook on the
 output's autograd node (grad_capture).
+
+Under torch.compile (compiled.py) module hooks run outside the graph, at graph breaks, and API
+wrappers are transparent inside compiled regions; a compiled model is named as the model it wraps.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 import torch
 
 from ..base import Backend
+from . import compiled
 from .api_hooks import ApiPatcher, node_target
 from .grad_capture import GradCapture, on_grad, release_leaf_hooks
 from .tensors import TorchAdapter
@@ -34,10 +38,20 @@ class TorchBackend(Backend):
         return isinstance(model, torch.nn.Module)
 
     def _submodules_impl(self, model: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
-        return ((path, m) for path, m in model.named_modules() if path)
+        return compiled.submodules(model)
+
+    def _class_name_impl(self, module: torch.nn.Module) -> str:
+        return compiled.class_name(module)
 
     def _own_parameters_impl(self, module: torch.nn.Module) -> Dict[str, Any]:
-        return dict(module.named_parameters(recurse=False))
+        return dict(compiled.unwrap(module).named_parameters(recurse=False))
+
+    def _forward_pre_hook_impl(self, module: torch.nn.Module, hook, with_kwargs: bool) -> Any:
+        return module.register_forward_pre_hook(compiled.outside_graph(hook), with_kwargs=with_kwargs)
+
+    def _forward_hook_impl(self, module: torch.nn.Module, hook, with_kwargs: bool) -> Any:
+        return module.register_forward_hook(compiled.outside_graph(hook), with_kwargs=with_kwargs,
+                                            always_call=True)
 
     def _hook_param_impl(self, base: str, pname: str, param: torch.Tensor) -> Any:
         self.hooks.watch_param(base, pname, param)

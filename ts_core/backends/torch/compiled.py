@@ -1,0 +1,95 @@
+"""torch.compile: what tsprobe's hooks and API wrappers do inside a region dynamo traces.
+
+Dynamo traces ``nn.Module.__call__``, so it meets every module hook (and every patched API
+function) while it runs the model on FakeTensors: a hook body that summarises a tensor (a data
+pointer, a host copy, a Python-side cache) cannot be traced, and must not become part of the
+graph either (that would change what inductor compiles). So:
+
+- a module hook runs *outside* the graph: its body is ``torch.compiler.disable``-d, and dynamo
+  breaks the graph at each hooked module's boundary; the body then runs eagerly on the real
+  tensors the compiled pieces pass on (module records as in eager mode, backward through the
+  compiled pieces' autograd nodes);
+- where graph breaks are forbidden (``fullgraph=True``, ``error_on_graph_break``), the hook
+  returns at once while dynamo traces it, so it leaves no trace in the graph: modules inside
+  such a region are not recorded (a compiled submodule is, at its boundary: see
+  ``submodules``);
+- an API wrapper is transparent while dynamo traces (``compiling``): the API becomes a graph op,
+  as without tsprobe; API calls inside a compiled region are not Python calls at run time and
+  are not recorded.
+
+Measured (tests/core/test_compile.py, a Linear/LayerNorm/GELU model, inductor on CPU): loss,
+gradients and AdamW-updated parameters are bit-identical with the tool on and off, with and
+without ``fullgraph``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Tuple
+
+import torch
+
+compiling: Callable[[], bool] = torch.compiler.is_compiling
+
+
+@torch.compiler.assume_constant_result
+def graph_breaks_forbidden() -> bool:
+    """While dynamo traces: does this trace forbid graph breaks (``fullgraph=True``)? Evaluated
+    once per trace (a constant to dynamo); True when torch's internals cannot tell, so a hook
+    can never turn a fullgraph compile into an error."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        tx = InstructionTranslator.current_tx()
+        return bool(getattr(tx, "one_graph", True) or getattr(tx, "error_on_graph_break", False))
+    except Exception:        # a torch without these internals: stay invisible
+        return True
+
+
+def outside_graph(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A module hook that never runs on FakeTensors: eager calls go straight to `fn`; under a
+    dynamo trace, `fn` runs at a graph break on the real tensors, or (no graph break allowed)
+    the hook returns None and is invisible to the trace."""
+    eager_fn = torch.compiler.disable(fn, recursive=True)
+
+    def hook(*args: Any, **kwargs: Any) -> Any:
+        if compiling():
+            if graph_breaks_forbidden():
+                return None
+            return eager_fn(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    hook.__wrapped__ = fn         # type: ignore[attr-defined]
+    return hook
+
+
+def _compiled_class() -> Any:
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return OptimizedModule
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The user's module behind ``torch.compile(model)`` (the model itself otherwise)."""
+    compiled = _compiled_class()
+    while isinstance(model, compiled):
+        model = model._orig_mod
+    return model
+
+
+def submodules(model: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
+    """(path, module) for every submodule, named as in the uncompiled model: a submodule the user
+    replaced by ``torch.compile(sub)`` is hooked as the compiled wrapper (whose hooks run
+    outside dynamo, so it is recorded even under ``fullgraph=True``) under the path and class of
+    the module it wraps; the ``_orig_mod`` level disappears from every path."""
+    compiled = _compiled_class()
+    for path, m in unwrap(model).named_modules():
+        if not path:
+            continue
+        parts = path.split(".")
+        if parts[-1] == "_orig_mod":
+            continue                       # the compiled wrapper above it stands for it
+        yield ".".join(p for p in parts if p != "_orig_mod"), m
+
+
+def class_name(module: torch.nn.Module) -> str:
+    """The record's class name: the wrapped module's for a compiled wrapper."""
+    return type(unwrap(module)).__name__
