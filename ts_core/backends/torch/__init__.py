@@ -34,6 +34,9 @@ class TorchBackend(Backend):
     model_type_name = "torch.nn.Module"
     module_prefix = "Module"
 
+    def _check_runtime_impl(self) -> None:
+        compiled.watch_compiler()      # API wrappers stand aside while torch.compile compiles
+
     def _is_model_impl(self, model: Any) -> bool:
         return isinstance(model, torch.nn.Module)
 

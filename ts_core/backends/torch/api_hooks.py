@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from .. import patching
-from .compiled import compiling as _compiling
+from .compiled import in_compiler
 
 API_LIST = os.path.join(os.path.dirname(__file__), "api_list.yaml")
 # api_list.yaml section -> key prefix (msprobe's: its support_wrap_ops.yaml names the same sections)
@@ -40,7 +40,7 @@ class ApiPatcher(patching.ApiPatcher):
 
     aliasing = ALIASING
     collective_prefixes = ("Distributed",)
-    compiling = staticmethod(_compiling)
+    compiling = staticmethod(in_compiler)
 
     def _default_list(self) -> Dict[str, List[str]]:
         return load_api_list()

@@ -13,9 +13,10 @@ graph either (that would change what inductor compiles). So:
   returns at once while dynamo traces it, so it leaves no trace in the graph: modules inside
   such a region are not recorded (a compiled submodule is, at its boundary: see
   ``submodules``);
-- an API wrapper is transparent while dynamo traces (``compiling``): the API becomes a graph op,
-  as without tsprobe; API calls inside a compiled region are not Python calls at run time and
-  are not recorded.
+- an API wrapper is transparent while dynamo traces (``in_compiler``): the API becomes a graph
+  op, as without tsprobe; API calls inside a compiled region are not Python calls at run time
+  and are not recorded. Nor are the Tensor methods torch's compiler calls on FakeTensors while
+  it compiles (a backward is compiled lazily, during the first ``loss.backward()``).
 
 Measured (tests/core/test_compile.py, a Linear/LayerNorm/GELU model, inductor on CPU): loss,
 gradients and AdamW-updated parameters are bit-identical with the tool on and off, with and
@@ -28,6 +29,40 @@ from typing import Any, Callable, Iterator, Tuple
 import torch
 
 compiling: Callable[[], bool] = torch.compiler.is_compiling
+
+
+class _Compiler:
+    """Is torch.compile's own machinery running right now (dynamo tracing, AOTAutograd, inductor
+    compiling a backward lazily during ``loss.backward()``)? Set by dynamo's compile start/end
+    callbacks: inductor calls Tensor methods (``stride``, ``is_contiguous``) on FakeTensors,
+    which an API wrapper must not record."""
+
+    active = False
+
+    @classmethod
+    def start(cls, _args: Any = None) -> None:
+        cls.active = True
+
+    @classmethod
+    def end(cls, _args: Any = None) -> None:
+        cls.active = False
+
+
+def watch_compiler() -> None:
+    """Follow torch.compile's compile start/end (again after ``torch._dynamo.reset()``, which
+    clears its callbacks); idempotent."""
+    from torch._dynamo.callback import callback_handler
+
+    if _Compiler.start not in callback_handler.start_callbacks:
+        callback_handler.register_start_callback(_Compiler.start)
+    if _Compiler.end not in callback_handler.end_callbacks:
+        callback_handler.register_end_callback(_Compiler.end)
+
+
+def in_compiler() -> bool:
+    """An API wrapper's test: dynamo traces the caller, or torch.compile's machinery runs.
+    (``is_compiling()`` first: dynamo folds it to True, so the flag is never guarded on.)"""
+    return compiling() or _Compiler.active
 
 
 @torch.compiler.assume_constant_result
@@ -58,7 +93,31 @@ def outside_graph(fn: Callable[..., Any]) -> Callable[..., Any]:
         return fn(*args, **kwargs)
 
     hook.__wrapped__ = fn         # type: ignore[attr-defined]
+    _SKIP_FRAME(hook.__code__)
     return hook
+
+
+def _skip_frame() -> Callable[[Any], None]:
+    """At run time, compiled code calls a hook (at the graph break) under dynamo's frame
+    callback: dynamo would compile the hook's frame (one compile per argument count, up to the
+    recompile limit) and every frame the hook body calls. The hook's code is marked to run as
+    plain Python, with all it calls (dynamo still inlines the hook where it traces
+    ``nn.Module.__call__``). Once per code object: every hook shares this one."""
+    try:
+        from torch._C._dynamo.eval_frame import FrameAction, FrameExecStrategy
+        from torch._dynamo.eval_frame import set_code_exec_strategy
+    except ImportError:
+        return lambda code: None
+    done: set = set()
+
+    def skip(code: Any) -> None:
+        if code not in done:
+            done.add(code)
+            set_code_exec_strategy(code, FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
+    return skip
+
+
+_SKIP_FRAME = _skip_frame()
 
 
 def _compiled_class() -> Any:
