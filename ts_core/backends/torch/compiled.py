@@ -24,6 +24,8 @@ without ``fullgraph``.
 """
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any, Callable, Iterator, Tuple
 
 import torch
@@ -59,10 +61,20 @@ def watch_compiler() -> None:
         callback_handler.register_end_callback(_Compiler.end)
 
 
+# torch.compile's runtime calls Tensor methods of its own between compiled pieces (AOTAutograd's
+# backward prologue calls ``stride()`` on each incoming gradient): not the user's calls.
+_COMPILER_DIRS = tuple(os.path.join(os.path.dirname(torch.__file__), d) + os.sep
+                       for d in ("_dynamo", "_functorch", "_inductor"))
+
+
 def in_compiler() -> bool:
-    """An API wrapper's test: dynamo traces the caller, or torch.compile's machinery runs.
-    (``is_compiling()`` first: dynamo folds it to True, so the flag is never guarded on.)"""
-    return compiling() or _Compiler.active
+    """An API wrapper's test (called by the wrapper): dynamo traces the caller, torch.compile's
+    machinery runs, or the caller is torch.compile's own runtime code. ``is_compiling()``
+    first: dynamo folds it to True, so nothing else is read (and guarded on) while it traces."""
+    if compiling() or _Compiler.active:
+        return True
+    return sys._getframe(2).f_code.co_filename.startswith(_COMPILER_DIRS)
+
 
 
 @torch.compiler.assume_constant_result
@@ -104,7 +116,7 @@ def _skip_frame() -> Callable[[Any], None]:
     plain Python, with all it calls (dynamo still inlines the hook where it traces
     ``nn.Module.__call__``). Once per code object: every hook shares this one."""
     try:
-        from torch._C._dynamo.eval_frame import FrameAction, FrameExecStrategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
         from torch._dynamo.eval_frame import set_code_exec_strategy
     except ImportError:
         return lambda code: None
