@@ -1,5 +1,8 @@
 """torch.compile (inductor on CPU) with the tool on: no crash at L0/L1/mix, bit-identical numbers,
-module-level records checked against numpy, and a compiled run compared with an eager one.
+module-level records checked against numpy, and a compiled run compared with an eager one, in
+both modes (``TSPROBE_COMPILE``): ``boundaries`` (default: nothing inside a compiled region is
+hooked; a compiled submodule is recorded at its boundary) and ``modules`` (graph breaks at every
+hooked module).
 
 Compiling is the slow part (seconds per compile even with inductor's cache): each run is a
 module-scoped fixture, so every configuration compiles once. ``torch._dynamo.reset()`` before
@@ -20,6 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ts_core import PrecisionDebugger
+from ts_core.backends.torch.compiled import COMPILE_ENV
 from ts_core.compare import compare
 
 from ..conftest import load_dump
@@ -54,73 +58,97 @@ class Run:
 
 
 def train(tmp, name: str, level: Optional[str] = None, task: str = "statistics", compiled: Optional[dict] = None,
-          graph_break: bool = False, bug: bool = False, summary_mode: Optional[str] = None) -> Run:
-    """2 AdamW steps of Net, compiled with `compiled` (torch.compile kwargs) or eager; the tool
-    records steps 0 and 1 at `level` (None: no tool)."""
+          kind: str = "plain", bug: bool = False, summary_mode: Optional[str] = None,
+          mode: str = "boundaries") -> Run:
+    """2 AdamW steps of Net, compiled with `compiled` (torch.compile kwargs; `kind` "partial":
+    only its LayerNorm) or eager; the tool records steps 0 and 1 at `level` (None: no tool) in
+    compile `mode`. `bug`: a planted bug (GELU's tanh approximation; with "partial", the
+    compiled LayerNorm's eps)."""
     torch.manual_seed(0)
-    model = Net(graph_break)
-    if bug:
-        model.act.approximate = "tanh"          # a planted bug in one module
+    model = Net(graph_break=kind == "graphbreak")
+    if bug and kind == "partial":
+        model.ln.eps = 1e-2
+    elif bug:
+        model.act.approximate = "tanh"
     x, y = torch.randn(5, 8), torch.randn(5, 4)
     init = {n: p.detach().clone() for n, p in model.named_parameters()}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    fn = model
     if compiled is not None:
         torch._dynamo.reset()
-    fn = torch.compile(model, **compiled) if compiled is not None else model
+        if kind == "partial":
+            model.ln = torch.compile(model.ln, **compiled)
+        else:
+            fn = torch.compile(model, **compiled)
     dump = None
     dbg = None
-    if level is not None:
-        dump = str(tmp.mktemp(name))
-        kw = {"summary_mode": summary_mode} if summary_mode else {}
-        dbg = PrecisionDebugger(dump_path=dump, task=task, level=level, step=list(range(STEPS)), **kw)
-    losses, grads = [], []
-    for _ in range(STEPS):
+    before = os.environ.get(COMPILE_ENV)
+    os.environ[COMPILE_ENV] = mode         # read when the hooks are made (start)
+    try:
+        if level is not None:
+            dump = str(tmp.mktemp(name))
+            kw = {"summary_mode": summary_mode} if summary_mode else {}
+            dbg = PrecisionDebugger(dump_path=dump, task=task, level=level, step=list(range(STEPS)), **kw)
+        losses, grads = [], []
+        for _ in range(STEPS):
+            if dbg is not None:
+                dbg.start(model)
+            loss = F.mse_loss(fn(x), y)
+            loss.backward()
+            grads.append({_plain(n): p.grad.detach().clone() for n, p in model.named_parameters()})
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.detach().clone())
+            if dbg is not None:
+                dbg.stop()
+                dbg.step()
         if dbg is not None:
-            dbg.start(model)
-        loss = F.mse_loss(fn(x), y)
-        loss.backward()
-        grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters()})
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.detach().clone())
-        if dbg is not None:
-            dbg.stop()
-            dbg.step()
-    if dbg is not None:
-        dbg.close()
-    return Run(losses, grads, {n: p.detach().clone() for n, p in model.named_parameters()}, init, x, dump)
+            dbg.close()
+    finally:
+        if before is None:
+            os.environ.pop(COMPILE_ENV, None)
+        else:
+            os.environ[COMPILE_ENV] = before
+    params = {_plain(n): p.detach().clone() for n, p in model.named_parameters()}
+    return Run(losses, grads, params, {_plain(n): v for n, v in init.items()}, x, dump)
+
+
+def _plain(name: str) -> str:
+    return name.replace("._orig_mod", "")
 
 
 DEFAULT = {}
 FULLGRAPH = {"fullgraph": True}
-CASES = {   # name -> (level, task, summary_mode, compile kwargs, model with its own graph break)
-    "L0-tensor": ("L0", "tensor", None, DEFAULT, False),
-    "L1-statistics": ("L1", "statistics", None, DEFAULT, False),
-    "mix-statistics": ("mix", "statistics", None, DEFAULT, False),
-    "mix-md5": ("mix", "statistics", "md5", DEFAULT, False),
-    "fullgraph-mix": ("mix", "statistics", None, FULLGRAPH, False),
-    "graphbreak-mix": ("mix", "statistics", None, DEFAULT, True),
+CASES = {   # name -> (mode, level, task, summary_mode, compile kwargs, model kind)
+    "L0-tensor": ("boundaries", "L0", "tensor", None, DEFAULT, "plain"),
+    "L1-statistics": ("boundaries", "L1", "statistics", None, DEFAULT, "plain"),
+    "mix-md5": ("boundaries", "mix", "statistics", "md5", DEFAULT, "plain"),
+    "graphbreak-mix": ("boundaries", "mix", "statistics", None, DEFAULT, "graphbreak"),
+    "partial-L0": ("boundaries", "L0", "tensor", None, DEFAULT, "partial"),
+    "modules-mix": ("modules", "mix", "statistics", None, DEFAULT, "plain"),
+    "modules-L0-tensor": ("modules", "L0", "tensor", None, DEFAULT, "plain"),
+    "modules-fullgraph-mix": ("modules", "mix", "statistics", None, FULLGRAPH, "plain"),
+    "modules-graphbreak-L1": ("modules", "L1", "statistics", None, DEFAULT, "graphbreak"),
 }
 
 
 @pytest.fixture(scope="module")
 def refs(tmp_path_factory):
-    """Runs without the tool: compiled (default, fullgraph, with a graph break) and eager."""
-    return {"default": train(tmp_path_factory, "ref", compiled=DEFAULT),
-            "fullgraph": train(tmp_path_factory, "ref", compiled=FULLGRAPH),
-            "graphbreak": train(tmp_path_factory, "ref", compiled=DEFAULT, graph_break=True)}
+    """Runs without the tool: compiled (default, fullgraph, with a graph break, LayerNorm only)."""
+    return {kind: train(tmp_path_factory, "ref", compiled=kw, kind=kind.split("-")[0])
+            for kind, kw in (("plain", DEFAULT), ("plain-fullgraph", FULLGRAPH), ("graphbreak", DEFAULT),
+                             ("partial", DEFAULT))}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    out = {}
-    for name, (level, task, mode, kw, gb) in CASES.items():
-        out[name] = train(tmp_path_factory, name, level, task, compiled=kw, graph_break=gb, summary_mode=mode)
-    return out
+    return {name: train(tmp_path_factory, name, level, task, compiled=kw, kind=kind, summary_mode=sm, mode=mode)
+            for name, (mode, level, task, sm, kw, kind) in CASES.items()}
 
 
 def _ref_of(name: str) -> str:
-    return "fullgraph" if name.startswith("fullgraph") else "graphbreak" if name.startswith("graphbreak") else "default"
+    _, _, _, _, kw, kind = CASES[name]
+    return "plain-fullgraph" if kw is FULLGRAPH else kind
 
 
 def _data(run: Run, step: int = 0) -> dict:
@@ -138,37 +166,40 @@ def test_loss_grads_and_updated_parameters_are_bit_identical_with_the_tool_on(re
 
 
 MODULES = ["Module.fc1.Linear", "Module.ln.LayerNorm", "Module.act.GELU", "Module.fc2.Linear"]
+PARAM_GRADS = {"Module.fc1.Linear.parameters_grad.0", "Module.ln.LayerNorm.parameters_grad.0",
+               "Module.fc2.Linear.parameters_grad.0"}
 
 
-@pytest.mark.parametrize("name", ["L0-tensor", "mix-statistics", "mix-md5", "graphbreak-mix"])
-def test_compiled_modules_are_recorded_forward_backward_and_parameter_gradients(runs, name):
+@pytest.mark.parametrize("name", ["partial-L0", "modules-mix", "modules-L0-tensor"])
+def test_modules_are_recorded_forward_backward_and_parameter_gradients(runs, name):
     for step in range(STEPS):
         data = _data(runs[name], step)
         for m in MODULES:
             assert f"{m}.forward.0" in data and f"{m}.backward.0" in data, (name, step, m)
-        for m in ("Module.fc1.Linear", "Module.ln.LayerNorm", "Module.fc2.Linear"):
-            assert set(data[f"{m}.parameters_grad.0"]) == {"weight", "bias"}
+        assert PARAM_GRADS <= set(data)
+        for key in PARAM_GRADS:
+            assert set(data[key]) == {"weight", "bias"}
+
+
+@pytest.mark.parametrize("name", ["L0-tensor", "mix-md5", "graphbreak-mix", "modules-fullgraph-mix"])
+def test_by_default_nothing_inside_a_compiled_region_is_hooked_parameter_gradients_are_recorded(runs, name):
+    for step in range(STEPS):
+        data = _data(runs[name], step)
+        assert not any(k.startswith("Module.") and ".forward." in k for k in data), name
+        assert {k for k in data if k.endswith("parameters_grad.0")} == PARAM_GRADS
     if name == "mix-md5":
-        assert all("md5" in o for o in data["Module.fc2.Linear.forward.0"]["output"])
+        assert all("md5" in s for rec in data[min(PARAM_GRADS)].values() for s in rec)
 
 
 def test_inside_a_compiled_region_api_calls_are_not_recorded_but_the_eager_ones_are(runs):
-    data = _data(runs["mix-statistics"])
-    assert not any(k.startswith(("Functional.linear", "Functional.layer_norm", "Functional.gelu")) for k in data)
-    assert "Functional.mse_loss.0.forward" in data and "Functional.mse_loss.0.backward" in data
-    # torch.compile's own runtime calls (AOTAutograd's backward prologue calls Tensor.stride)
-    assert not any(k.startswith("Tensor.stride") for k in data)
-    l1 = _data(runs["L1-statistics"])
-    assert "Functional.mse_loss.0.forward" in l1 and not any(k.startswith("Module.") for k in l1)
-
-
-def test_fullgraph_records_parameter_gradients_and_no_module_inside_the_graph(runs):
-    data = _data(runs["fullgraph-mix"])
-    assert not any(".forward." in k and k.startswith("Module.") for k in data)
-    assert {k for k in data if k.endswith("parameters_grad.0")} == {
-        "Module.fc1.Linear.parameters_grad.0", "Module.ln.LayerNorm.parameters_grad.0",
-        "Module.fc2.Linear.parameters_grad.0"}
-    assert "Functional.mse_loss.0.forward" in data
+    for name in ("modules-mix", "mix-md5", "modules-graphbreak-L1"):
+        data = _data(runs[name])
+        assert not any(k.startswith(("Functional.linear", "Functional.layer_norm", "Functional.gelu"))
+                       for k in data), name
+        assert "Functional.mse_loss.0.forward" in data and "Functional.mse_loss.0.backward" in data
+        # torch.compile's own runtime calls (AOTAutograd's backward prologue calls Tensor.stride)
+        assert not any(k.startswith("Tensor.stride") for k in data)
+    assert not any(k.startswith("Module.") for k in _data(runs["L1-statistics"]))
 
 
 def _stats(a: np.ndarray) -> List[float]:
@@ -181,7 +212,7 @@ def _recorded(summary: dict) -> List[float]:
 
 
 def test_module_statistics_equal_an_independent_numpy_forward(runs):
-    run = runs["mix-statistics"]
+    run = runs["modules-mix"]
     data = _data(run)
     p = {k: v.double().numpy() for k, v in run.init.items()}
     x = run.x.double().numpy()
@@ -207,16 +238,20 @@ def eager_l0(tmp_path_factory):
     return train(tmp_path_factory, "eager", "L0", "tensor")
 
 
-def test_compiled_run_compares_clean_with_the_eager_run(runs, eager_l0, tmp_path):
-    r = compare(eager_l0.dump, runs["L0-tensor"].dump, str(tmp_path / "out"), verbose=False)
+@pytest.mark.parametrize("name", ["partial-L0", "modules-L0-tensor"])
+def test_compiled_run_compares_clean_with_the_eager_run(runs, eager_l0, tmp_path, name):
+    r = compare(eager_l0.dump, runs[name].dump, str(tmp_path / "out"), verbose=False)
     assert r.first_divergence is None
     assert r.counts["error"] == r.counts["warning"] == 0
     assert r.counts["unmatched_golden"] == r.counts["unmatched_target"] == 0
-    assert r.counts["matched"] >= 2 * (len(MODULES) * 2 + 3)
+    assert r.counts["matched"] >= STEPS * (len(MODULES) * 2 + len(PARAM_GRADS))
 
 
-def test_a_bug_in_one_module_of_the_compiled_run_is_named_at_that_module(eager_l0, tmp_path_factory, tmp_path):
-    buggy = train(tmp_path_factory, "bug", "L0", "tensor", compiled=DEFAULT, bug=True)
+@pytest.mark.parametrize("kind,mode,key", [("partial", "boundaries", "Module.ln.LayerNorm.forward.0"),
+                                           ("plain", "modules", "Module.act.GELU.forward.0")])
+def test_a_bug_in_one_module_of_the_compiled_run_is_named_at_that_module(eager_l0, tmp_path_factory, tmp_path,
+                                                                           kind, mode, key):
+    buggy = train(tmp_path_factory, "bug", "L0", "tensor", compiled=DEFAULT, kind=kind, bug=True, mode=mode)
     fd = compare(eager_l0.dump, buggy.dump, str(tmp_path / "out"), verbose=False).first_divergence
     assert fd is not None
-    assert (fd.key, fd.direction) == ("Module.act.GELU.forward.0", "forward")
+    assert (fd.key, fd.direction) == (key, "forward")
