@@ -78,6 +78,8 @@ def train(tmp, name: str, level: Optional[str] = None, task: str = "statistics",
         torch._dynamo.reset()
         if kind == "partial":
             model.ln = torch.compile(model.ln, **compiled)
+        elif kind == "inplace":
+            model.ln.compile(**compiled)          # a torch module compiled in place
         else:
             fn = torch.compile(model, **compiled)
     dump = None
@@ -129,6 +131,7 @@ CASES = {   # name -> (mode, level, task, summary_mode, compile kwargs, model ki
     "modules-L0-tensor": ("modules", "L0", "tensor", None, DEFAULT, "plain"),
     "modules-fullgraph-mix": ("modules", "mix", "statistics", None, FULLGRAPH, "plain"),
     "modules-graphbreak-L1": ("modules", "L1", "statistics", None, DEFAULT, "graphbreak"),
+    "inplace-L1": ("boundaries", "L1", "statistics", None, DEFAULT, "inplace"),
 }
 
 
@@ -137,7 +140,7 @@ def refs(tmp_path_factory):
     """Runs without the tool: compiled (default, fullgraph, with a graph break, LayerNorm only)."""
     return {kind: train(tmp_path_factory, "ref", compiled=kw, kind=kind.split("-")[0])
             for kind, kw in (("plain", DEFAULT), ("plain-fullgraph", FULLGRAPH), ("graphbreak", DEFAULT),
-                             ("partial", DEFAULT))}
+                             ("partial", DEFAULT), ("inplace", DEFAULT))}
 
 
 @pytest.fixture(scope="module")

@@ -5,22 +5,24 @@ function) while it runs the model on FakeTensors: a hook body that summarises a 
 pointer, a host copy, a Python-side cache) cannot be traced, and must not become part of the
 graph either (that would change what inductor compiles). So:
 
-- a module hook runs *outside* the graph: its body is ``torch.compiler.disable``-d, and dynamo
-  breaks the graph at each hooked module's boundary; the body then runs eagerly on the real
-  tensors the compiled pieces pass on (module records as in eager mode, backward through the
-  compiled pieces' autograd nodes);
-- where graph breaks are forbidden (``fullgraph=True``, ``error_on_graph_break``), the hook
-  returns at once while dynamo traces it, so it leaves no trace in the graph: modules inside
-  such a region are not recorded (a compiled submodule is, at its boundary: see
-  ``submodules``);
+- while dynamo traces, a module hook returns None at once and leaves no trace in the graph
+  (mode ``boundaries``, the default: the compiled program is the one the user gets without
+  tsprobe, bit for bit). A compiled submodule is still recorded at its boundary (``submodules``:
+  its hooks sit on the compiled wrapper, outside dynamo);
+- mode ``modules`` (``TSPROBE_COMPILE=modules``): the hook body is ``torch.compiler.disable``-d
+  and dynamo breaks the graph at each hooked module; the body runs eagerly on the real tensors
+  (module records as in eager mode, backward through the compiled pieces' autograd nodes).
+  Where graph breaks are forbidden (``fullgraph=True``) the hook stays invisible. The breaks
+  change what inductor fuses: bf16 numbers move (measured), hence opt-in;
 - an API wrapper is transparent while dynamo traces (``in_compiler``): the API becomes a graph
   op, as without tsprobe; API calls inside a compiled region are not Python calls at run time
   and are not recorded. Nor are the Tensor methods torch's compiler calls on FakeTensors while
-  it compiles (a backward is compiled lazily, during the first ``loss.backward()``).
+  it compiles (a backward is compiled lazily, during the first ``loss.backward()``), nor those
+  its runtime calls between compiled pieces; and a wrapper is never compiled as a frame of its
+  own (``skip_as_frame``).
 
-Measured (tests/core/test_compile.py, a Linear/LayerNorm/GELU model, inductor on CPU): loss,
-gradients and AdamW-updated parameters are bit-identical with the tool on and off, with and
-without ``fullgraph``.
+Measured and tested in tests/core/test_compile.py; the user's view is
+docs/distributed-and-compiled.md.
 """
 from __future__ import annotations
 
@@ -130,6 +132,25 @@ def outside_graph(fn: Callable[..., Any], graph_breaks: Optional[bool] = None) -
     hook.__wrapped__ = fn         # type: ignore[attr-defined]
     _SKIP_FRAME(hook.__code__)
     return hook
+
+
+def skip_as_frame(code: Any) -> None:
+    """Dynamo compiles the first frame it may under a compiled call: inside
+    ``module.compile()`` of a torch module (whose own frames dynamo leaves alone), that would be
+    an API wrapper, and the API would run as an inductor kernel instead of the eager one the
+    program runs without tsprobe (measured: a different float32 LayerNorm). The wrapper's code
+    is never compiled as a frame of its own (it is still inlined where dynamo traces its caller;
+    what it calls is treated as without tsprobe)."""
+    try:
+        from torch._dynamo.eval_frame import skip_code
+    except ImportError:
+        return
+    if code not in _SKIPPED:
+        _SKIPPED.add(code)
+        skip_code(code)
+
+
+_SKIPPED: set = set()
 
 
 def _skip_frame() -> Callable[[Any], None]:
