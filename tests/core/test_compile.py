@@ -11,6 +11,7 @@ compiled for one run's hooks would otherwise be reused by the next.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -89,8 +90,11 @@ def train(tmp, name: str, level: Optional[str] = None, task: str = "statistics",
     try:
         if level is not None:
             dump = str(tmp.mktemp(name))
-            kw = {"summary_mode": summary_mode} if summary_mode else {}
-            dbg = PrecisionDebugger(dump_path=dump, task=task, level=level, step=list(range(STEPS)), **kw)
+            if level == "monitor":
+                dbg = PrecisionDebugger(dump_path=dump, monitor={"backward": True})
+            else:
+                kw = {"summary_mode": summary_mode} if summary_mode else {}
+                dbg = PrecisionDebugger(dump_path=dump, task=task, level=level, step=list(range(STEPS)), **kw)
         losses, grads = [], []
         for _ in range(STEPS):
             if dbg is not None:
@@ -103,7 +107,7 @@ def train(tmp, name: str, level: Optional[str] = None, task: str = "statistics",
             losses.append(loss.detach().clone())
             if dbg is not None:
                 dbg.stop()
-                dbg.step()
+                dbg.step(loss=loss) if level == "monitor" else dbg.step()
         if dbg is not None:
             dbg.close()
     finally:
@@ -132,6 +136,8 @@ CASES = {   # name -> (mode, level, task, summary_mode, compile kwargs, model ki
     "modules-fullgraph-mix": ("modules", "mix", "statistics", None, FULLGRAPH, "plain"),
     "modules-graphbreak-L1": ("modules", "L1", "statistics", None, DEFAULT, "graphbreak"),
     "inplace-L1": ("boundaries", "L1", "statistics", None, DEFAULT, "inplace"),
+    "monitor": ("boundaries", "monitor", "statistics", None, DEFAULT, "plain"),
+    "modules-monitor": ("modules", "monitor", "statistics", None, DEFAULT, "plain"),
 }
 
 
@@ -258,3 +264,11 @@ def test_a_bug_in_one_module_of_the_compiled_run_is_named_at_that_module(eager_l
     fd = compare(eager_l0.dump, buggy.dump, str(tmp_path / "out"), verbose=False).first_divergence
     assert fd is not None
     assert (fd.key, fd.direction) == (key, "forward")
+
+
+@pytest.mark.parametrize("name", ["monitor", "modules-monitor"])
+def test_monitor_mode_runs_every_step_of_a_compiled_model(runs, name):
+    with open(os.path.join(runs[name].dump, "monitor.jsonl"), encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    assert len(rows) == STEPS
+    assert all(r["nonfinite"]["parameters_grad"] == 0 for r in rows)

@@ -459,7 +459,9 @@ class Backend(abc.ABC):
     def _forward_pre_hook_impl(self, module: Any, hook: Callable, with_kwargs: bool) -> Any:
         """Register `hook` to run before every forward of `module`; returns the handle. (torch:
         the hook body runs outside a torch.compile graph.)"""
-        return module.register_forward_pre_hook(hook, with_kwargs=with_kwargs)
+        if with_kwargs:
+            return module.register_forward_pre_hook(hook, with_kwargs=True)
+        return module.register_forward_pre_hook(hook)
 
     def _forward_hook_impl(self, module: Any, hook: Callable, with_kwargs: bool) -> Any:
         """Register `hook` to run after every forward of `module`, also when the forward raises

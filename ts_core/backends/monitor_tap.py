@@ -65,12 +65,11 @@ class MonitorTap:
             bases: Dict[str, str] = {}
             for path, module in be._submodules_impl(m):
                 name = path if len(models) == 1 else f"{i}.{path}"
-                base = bases[path] = f"{be.module_prefix}.{name}.{type(module).__name__}"
+                base = bases[path] = f"{be.module_prefix}.{name}.{be._class_name_impl(module)}"
                 self._parent[base] = _parent_base(path, bases)
                 if be._module_is_inplace_impl(module):
                     self._inplace.add(base)
-                    handles.append(module.register_forward_pre_hook(functools.partial(self._pre, base),
-                                                                    with_kwargs=True))
+                    handles.append(be._forward_pre_hook_impl(module, functools.partial(self._pre, base), True))
                 handles.append(be._forward_hook_impl(module, functools.partial(self._post, base), True))
                 for pname, param in be._own_parameters_impl(module).items():
                     if getattr(param, "requires_grad", False):
