@@ -1,5 +1,5 @@
 """Step-time overhead of tsprobe on a torch.compile'd model (inductor on CPU), per compile mode
-(``TSPROBE_COMPILE``: boundaries, modules) and level.
+(``TSPROBE_COMPILE``: boundaries, modules) and level; ``eager``: the same model uncompiled.
 
 Workload: 4 blocks of Linear(256)/LayerNorm/GELU + a head, batch 64, AdamW, one thread, process
 CPU time. As in monitor_overhead.py, each worker process trains two identical models and
@@ -8,7 +8,7 @@ stop / step around every step; every step recorded, task statistics). A and B ar
 two identical classes, so dynamo compiles each with its own hooks (it does not guard on hooks).
 The first steps (compiling) are left out. Prints the median per-step CPU time B/A.
 
-    python benchmarks/compile_overhead.py [--steps 20] [--modes boundaries,modules] [--levels L0,mix]
+    python benchmarks/compile_overhead.py [--steps 20] [--modes eager,boundaries,modules] [--levels L0,mix]
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def _models():
 
 def _worker(mode: str, level: str, steps: int, out: str) -> None:
     os.environ["TSPROBE_QUIET"] = "1"
-    os.environ["TSPROBE_COMPILE"] = mode
+    os.environ["TSPROBE_COMPILE"] = "boundaries" if mode == "eager" else mode
     import torch
     import torch.nn.functional as F
 
@@ -70,7 +70,7 @@ def _worker(mode: str, level: str, steps: int, out: str) -> None:
     a = NetA()
     b = NetB()
     b.load_state_dict(a.state_dict())
-    ca, cb = torch.compile(a), torch.compile(b)
+    ca, cb = (a, b) if mode == "eager" else (torch.compile(a), torch.compile(b))
     opt_a = torch.optim.AdamW(a.parameters(), lr=1e-3)
     opt_b = torch.optim.AdamW(b.parameters(), lr=1e-3)
     x, y = torch.randn(64, 256), torch.randn(64, 16)
@@ -110,7 +110,7 @@ def _worker(mode: str, level: str, steps: int, out: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--modes", default="boundaries,modules")
+    ap.add_argument("--modes", default="eager,boundaries,modules")
     ap.add_argument("--levels", default="L0,mix")
     ap.add_argument("--worker", nargs=3, metavar=("MODE", "LEVEL", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -122,7 +122,8 @@ def main() -> None:
         for level in args.levels.split(","):
             with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
                 out = f.name
-            env = dict(os.environ, OMP_NUM_THREADS="1")
+            env = dict(os.environ, OMP_NUM_THREADS="1",
+                       PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # this checkout
             subprocess.run([sys.executable, __file__, "--steps", str(args.steps), "--worker", mode, level, out],
                            check=True, env=env)
             with open(out, encoding="utf-8") as f:

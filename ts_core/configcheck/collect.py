@@ -209,7 +209,7 @@ class Recorder:
             first_batch = self._first_batch
             if getattr(self.adapter, "framework", "") == "pytorch":      # never traced by torch.compile
                 from ..backends.torch.compiled import outside_graph
-                first_batch = outside_graph(first_batch)
+                first_batch = outside_graph(first_batch, graph_breaks=True)    # at the root: the graph is unchanged
             try:
                 self.handle = root.register_forward_pre_hook(first_batch, with_kwargs=True)
             except TypeError:        # a framework without with_kwargs
