@@ -66,8 +66,10 @@ class ApiPatcher:
 
     aliasing: FrozenSet[str] = frozenset()
     collective_prefixes: Tuple[str, ...] = ()
-    # True while a graph compiler traces the caller (torch.compiler.is_compiling): a recording
-    # body must not run on its symbolic tensors. Checked after the not-collecting fast path.
+    # True while a graph compiler traces the caller (torch.compiler.is_compiling) or its own
+    # machinery calls the API: a recording body must not run on symbolic tensors. Checked after
+    # the not-collecting fast path, which stays two attribute reads (under a dynamo trace those
+    # reads become guards: a compiled region is compiled once per collecting state).
     compiling: Callable[[], bool] = staticmethod(lambda: False)
 
     def __init__(self, runner: Callable, switch: Any):
