@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
@@ -61,10 +63,11 @@ class Run:
 def train(tmp, name: str, level: Optional[str] = None, task: str = "statistics", compiled: Optional[dict] = None,
           kind: str = "plain", bug: bool = False, summary_mode: Optional[str] = None,
           mode: str = "boundaries") -> Run:
-    """2 AdamW steps of Net, compiled with `compiled` (torch.compile kwargs; `kind` "partial":
-    only its LayerNorm) or eager; the tool records steps 0 and 1 at `level` (None: no tool) in
-    compile `mode`. `bug`: a planted bug (GELU's tanh approximation; with "partial", the
-    compiled LayerNorm's eps)."""
+    """2 AdamW steps of Net, compiled with `compiled` (torch.compile kwargs) or eager. `kind`:
+    "partial" compiles only its LayerNorm, "inplace" calls ``model.ln.compile()``, "bf16" runs
+    under bf16 autocast. The tool records steps 0 and 1 at `level` (None: no tool) in compile
+    `mode`. `bug`: a planted bug (GELU's tanh approximation; with "partial", the compiled
+    LayerNorm's eps)."""
     torch.manual_seed(0)
     model = Net(graph_break=kind == "graphbreak")
     if bug and kind == "partial":
@@ -99,7 +102,9 @@ def train(tmp, name: str, level: Optional[str] = None, task: str = "statistics",
         for _ in range(STEPS):
             if dbg is not None:
                 dbg.start(model)
-            loss = F.mse_loss(fn(x), y)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=kind == "bf16"):
+                out = fn(x)
+            loss = F.mse_loss(out.float(), y)
             loss.backward()
             grads.append({_plain(n): p.grad.detach().clone() for n, p in model.named_parameters()})
             opt.step()
@@ -136,6 +141,7 @@ CASES = {   # name -> (mode, level, task, summary_mode, compile kwargs, model ki
     "modules-fullgraph-mix": ("modules", "mix", "statistics", None, FULLGRAPH, "plain"),
     "modules-graphbreak-L1": ("modules", "L1", "statistics", None, DEFAULT, "graphbreak"),
     "inplace-L1": ("boundaries", "L1", "statistics", None, DEFAULT, "inplace"),
+    "bf16-mix": ("boundaries", "mix", "statistics", None, DEFAULT, "bf16"),    # modules mode moves these
     "monitor": ("boundaries", "monitor", "statistics", None, DEFAULT, "plain"),
     "modules-monitor": ("modules", "monitor", "statistics", None, DEFAULT, "plain"),
 }
@@ -146,7 +152,7 @@ def refs(tmp_path_factory):
     """Runs without the tool: compiled (default, fullgraph, with a graph break, LayerNorm only)."""
     return {kind: train(tmp_path_factory, "ref", compiled=kw, kind=kind.split("-")[0])
             for kind, kw in (("plain", DEFAULT), ("plain-fullgraph", FULLGRAPH), ("graphbreak", DEFAULT),
-                             ("partial", DEFAULT), ("inplace", DEFAULT))}
+                             ("partial", DEFAULT), ("inplace", DEFAULT), ("bf16", DEFAULT))}
 
 
 @pytest.fixture(scope="module")
@@ -272,3 +278,19 @@ def test_monitor_mode_runs_every_step_of_a_compiled_model(runs, name):
         rows = [json.loads(line) for line in f]
     assert len(rows) == STEPS
     assert all(r["nonfinite"]["parameters_grad"] == 0 for r in rows)
+
+
+def test_an_eager_run_never_imports_dynamo(tmp_path):
+    """Importing torch._dynamo costs seconds: tsprobe leaves it to torch.compile."""
+    code = f"""
+import sys, torch
+from ts_core import PrecisionDebugger
+m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+dbg = PrecisionDebugger(dump_path={str(tmp_path)!r}, level="mix", step=[0])
+dbg.start(m); m(torch.randn(2, 4)).sum().backward(); dbg.stop(); dbg.step(); dbg.close()
+print("torch._dynamo" in sys.modules)
+"""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, TSPROBE_QUIET="1", PYTHONPATH=root)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stdout + out.stderr

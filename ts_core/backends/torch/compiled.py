@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import torch
 
@@ -52,15 +52,26 @@ class _Compiler:
         cls.active = False
 
 
+def dynamo_loaded() -> bool:
+    """Has anything imported torch._dynamo (``torch.compile`` does)? Importing it costs seconds,
+    so tsprobe never does it first: until then nothing can be compiled, and nothing here is
+    needed."""
+    return "torch._dynamo" in sys.modules
+
+
 def watch_compiler() -> None:
-    """Follow torch.compile's compile start/end (again after ``torch._dynamo.reset()``, which
-    clears its callbacks); idempotent."""
+    """Once dynamo is loaded (checked at every ``start``): follow torch.compile's compile
+    start/end (again after ``torch._dynamo.reset()``, which clears its callbacks) and mark the
+    code of hooks and wrappers to run as plain Python frames; idempotent."""
+    if not dynamo_loaded():
+        return
     from torch._dynamo.callback import callback_handler
 
     if _Compiler.start not in callback_handler.start_callbacks:
         callback_handler.register_start_callback(_Compiler.start)
     if _Compiler.end not in callback_handler.end_callbacks:
         callback_handler.register_end_callback(_Compiler.end)
+    _mark_frames()
 
 
 # torch.compile's runtime calls Tensor methods of its own between compiled pieces (AOTAutograd's
@@ -79,7 +90,6 @@ def in_compiler() -> bool:
 
 
 
-@torch.compiler.assume_constant_result
 def graph_breaks_forbidden() -> bool:
     """While dynamo traces: does this trace forbid graph breaks (``fullgraph=True``)? Evaluated
     once per trace (a constant to dynamo); True when torch's internals cannot tell, so a hook
@@ -91,6 +101,10 @@ def graph_breaks_forbidden() -> bool:
         return bool(getattr(tx, "one_graph", True) or getattr(tx, "error_on_graph_break", False))
     except Exception:        # a torch without these internals: stay invisible
         return True
+
+
+# torch.compiler.assume_constant_result, without importing dynamo (which is all it does)
+graph_breaks_forbidden._dynamo_marked_constant = True      # type: ignore[attr-defined]
 
 
 COMPILE_ENV = "TSPROBE_COMPILE"
@@ -113,7 +127,10 @@ def outside_graph(fn: Callable[..., Any], graph_breaks: Optional[bool] = None) -
     dynamo traces, the hook returns None and leaves no trace in the graph; with `graph_breaks`
     (None: ``breaks_at_modules()``) and graph breaks allowed, `fn` runs instead at a graph break,
     on the real tensors."""
-    breaks = breaks_at_modules() if graph_breaks is None else graph_breaks
+    if graph_breaks is None:
+        breaks = breaks_at_modules()
+    else:       # a root hook made before anything was compiled: invisible is enough (no import)
+        breaks = graph_breaks and dynamo_loaded()
     if not breaks:
         def hook(*args: Any, **kwargs: Any) -> Any:
             if compiling():
@@ -130,7 +147,8 @@ def outside_graph(fn: Callable[..., Any], graph_breaks: Optional[bool] = None) -
             return fn(*args, **kwargs)
 
     hook.__wrapped__ = fn         # type: ignore[attr-defined]
-    _SKIP_FRAME(hook.__code__)
+    _FRAMES[hook.__code__] = (_SKIP, _SKIP)
+    watch_compiler()
     return hook
 
 
@@ -141,45 +159,44 @@ def skip_as_frame(code: Any) -> None:
     program runs without tsprobe (measured: a different float32 LayerNorm). The wrapper's code
     is never compiled as a frame of its own (it is still inlined where dynamo traces its caller;
     what it calls is treated as without tsprobe)."""
+    _FRAMES.setdefault(code, (_SKIP, _DEFAULT))
+    watch_compiler()
+
+
+# Code objects -> (this frame, the frames it calls): how dynamo runs them as frames of their own.
+# A hook: at run time compiled code calls it (at the graph break) under dynamo's frame callback,
+# which would compile the hook's frame (one compile per argument count, up to the recompile
+# limit) and every frame the hook body calls: hook code runs as plain Python, with all it calls
+# (dynamo still inlines hooks where it traces ``nn.Module.__call__``).
+_SKIP, _DEFAULT = "SKIP", "DEFAULT"
+_FRAMES: Dict[Any, Tuple[str, str]] = {}
+_MARKED: set = set()
+
+
+def _mark_frames() -> None:
     try:
-        from torch._dynamo.eval_frame import skip_code
-    except ImportError:
-        return
-    if code not in _SKIPPED:
-        _SKIPPED.add(code)
-        skip_code(code)
-
-
-_SKIPPED: set = set()
-
-
-def _skip_frame() -> Callable[[Any], None]:
-    """At run time, compiled code calls a hook (at the graph break) under dynamo's frame
-    callback: dynamo would compile the hook's frame (one compile per argument count, up to the
-    recompile limit) and every frame the hook body calls. The hook's code is marked to run as
-    plain Python, with all it calls (dynamo still inlines the hook where it traces
-    ``nn.Module.__call__``). Once per code object: every hook shares this one."""
-    try:
-        from torch._dynamo.types import FrameAction, FrameExecStrategy
         from torch._dynamo.eval_frame import set_code_exec_strategy
-    except ImportError:
-        return lambda code: None
-    done: set = set()
-
-    def skip(code: Any) -> None:
-        if code not in done:
-            done.add(code)
-            set_code_exec_strategy(code, FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
-    return skip
-
-
-_SKIP_FRAME = _skip_frame()
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+    except ImportError:      # a torch without per-code strategies
+        return
+    for code, (own, called) in list(_FRAMES.items()):
+        if code not in _MARKED:
+            _MARKED.add(code)
+            set_code_exec_strategy(code, FrameExecStrategy(getattr(FrameAction, own), getattr(FrameAction, called)))
 
 
 def _compiled_class() -> Any:
+    """``OptimizedModule`` (what ``torch.compile(module)`` returns), or a class nothing is an
+    instance of while dynamo is not loaded (then nothing was compiled)."""
+    if not dynamo_loaded():
+        return _NotLoaded
     from torch._dynamo.eval_frame import OptimizedModule
 
     return OptimizedModule
+
+
+class _NotLoaded:
+    pass
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
