@@ -280,17 +280,23 @@ def test_monitor_mode_runs_every_step_of_a_compiled_model(runs, name):
     assert all(r["nonfinite"]["parameters_grad"] == 0 for r in rows)
 
 
-def test_an_eager_run_never_imports_dynamo(tmp_path):
-    """Importing torch._dynamo costs seconds: tsprobe leaves it to torch.compile."""
+def test_an_eager_run_never_imports_dynamo_and_a_later_compile_records_no_compiler_calls(tmp_path):
+    """Importing torch._dynamo costs seconds: tsprobe leaves it to torch.compile. A model compiled
+    after start() (in a fresh process, so inductor is imported while the API wrappers are
+    installed and its generated code calls them) records no call of torch.compile's own."""
     code = f"""
-import sys, torch
+import sys, json, torch
 from ts_core import PrecisionDebugger
 m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
-dbg = PrecisionDebugger(dump_path={str(tmp_path)!r}, level="mix", step=[0])
-dbg.start(m); m(torch.randn(2, 4)).sum().backward(); dbg.stop(); dbg.step(); dbg.close()
+dbg = PrecisionDebugger(dump_path={str(tmp_path)!r}, level="L1", step=[0, 1])
+dbg.start(m); m(torch.randn(2, 4)).sum().backward(); dbg.stop(); dbg.step()
 print("torch._dynamo" in sys.modules)
+dbg.start(m); torch.compile(m)(torch.randn(2, 4)).sum().backward(); dbg.stop(); dbg.step(); dbg.close()
+print(sorted(json.load(open({str(tmp_path / "step1" / "rank" / "dump.json")!r}))["data"]))
 """
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, TSPROBE_QUIET="1", PYTHONPATH=root)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.strip().splitlines()[-1] == "False", out.stdout + out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[-2] == "False", out.stdout + out.stderr
+    assert lines[-1] == str(["Tensor.sum.0.backward", "Tensor.sum.0.forward"]), out.stdout + out.stderr

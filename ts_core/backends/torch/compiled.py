@@ -26,8 +26,11 @@ docs/distributed-and-compiled.md.
 """
 from __future__ import annotations
 
+import getpass
 import os
+import re
 import sys
+import tempfile
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import torch
@@ -72,12 +75,31 @@ def watch_compiler() -> None:
     if _Compiler.end not in callback_handler.end_callbacks:
         callback_handler.register_end_callback(_Compiler.end)
     _mark_frames()
+    global _RUNTIME_DIRS, _WATCHING
+    _RUNTIME_DIRS = _COMPILER_DIRS + (os.path.join(_generated_code_dir(), ""),)
+    _WATCHING = True
 
 
 # torch.compile's runtime calls Tensor methods of its own between compiled pieces (AOTAutograd's
-# backward prologue calls ``stride()`` on each incoming gradient): not the user's calls.
+# backward prologue calls ``stride()`` on each incoming gradient), and inductor's generated code
+# (in its cache folder) calls ``extern_kernels.addmm`` & co., which are tsprobe's wrappers when
+# inductor was imported while they were installed: not the user's calls.
 _COMPILER_DIRS = tuple(os.path.join(os.path.dirname(torch.__file__), d) + os.sep
                        for d in ("_dynamo", "_functorch", "_inductor"))
+_RUNTIME_DIRS = _COMPILER_DIRS
+_WATCHING = False          # watch_compiler ran with dynamo loaded
+
+
+def _generated_code_dir() -> str:
+    """Where inductor writes the code it generates (its cache_dir_utils, without its side effects)."""
+    configured = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if configured:
+        return os.path.abspath(configured)
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
 def in_compiler() -> bool:
@@ -86,7 +108,9 @@ def in_compiler() -> bool:
     first: dynamo folds it to True, so nothing else is read (and guarded on) while it traces."""
     if compiling() or _Compiler.active:
         return True
-    return sys._getframe(2).f_code.co_filename.startswith(_COMPILER_DIRS)
+    if not _WATCHING and dynamo_loaded():     # torch.compile first used after start()
+        watch_compiler()
+    return sys._getframe(2).f_code.co_filename.startswith(_RUNTIME_DIRS)
 
 
 
