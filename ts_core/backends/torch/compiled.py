@@ -55,6 +55,16 @@ class _Compiler:
         cls.active = False
 
 
+# torch.compile's runtime calls Tensor methods of its own between compiled pieces (AOTAutograd's
+# backward prologue calls ``stride()`` on each incoming gradient), and inductor's generated code
+# (in its cache folder) calls ``extern_kernels.addmm`` & co., which are tsprobe's wrappers when
+# inductor was imported while they were installed: not the user's calls.
+_COMPILER_DIRS = tuple(os.path.join(os.path.dirname(torch.__file__), d) + os.sep
+                       for d in ("_dynamo", "_functorch", "_inductor"))
+_RUNTIME_DIRS = _COMPILER_DIRS
+_WATCHING = False          # watch_compiler ran with dynamo loaded
+
+
 def dynamo_loaded() -> bool:
     """Has anything imported torch._dynamo (``torch.compile`` does)? Importing it costs seconds,
     so tsprobe never does it first: until then nothing can be compiled, and nothing here is
@@ -80,16 +90,6 @@ def watch_compiler() -> None:
     _WATCHING = True
 
 
-# torch.compile's runtime calls Tensor methods of its own between compiled pieces (AOTAutograd's
-# backward prologue calls ``stride()`` on each incoming gradient), and inductor's generated code
-# (in its cache folder) calls ``extern_kernels.addmm`` & co., which are tsprobe's wrappers when
-# inductor was imported while they were installed: not the user's calls.
-_COMPILER_DIRS = tuple(os.path.join(os.path.dirname(torch.__file__), d) + os.sep
-                       for d in ("_dynamo", "_functorch", "_inductor"))
-_RUNTIME_DIRS = _COMPILER_DIRS
-_WATCHING = False          # watch_compiler ran with dynamo loaded
-
-
 def _generated_code_dir() -> str:
     """Where inductor writes the code it generates (its cache_dir_utils, without its side effects)."""
     configured = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
@@ -111,7 +111,6 @@ def in_compiler() -> bool:
     if not _WATCHING and dynamo_loaded():     # torch.compile first used after start()
         watch_compiler()
     return sys._getframe(2).f_code.co_filename.startswith(_RUNTIME_DIRS)
-
 
 
 def graph_breaks_forbidden() -> bool:
