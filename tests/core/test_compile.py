@@ -1,8 +1,8 @@
 """torch.compile (inductor on CPU) with the tool on: no crash at L0/L1/mix, bit-identical numbers,
 module-level records checked against numpy, and a compiled run compared with an eager one, in
-both modes (``TSPROBE_COMPILE``): ``boundaries`` (default: nothing inside a compiled region is
-hooked; a compiled submodule is recorded at its boundary) and ``modules`` (graph breaks at every
-hooked module).
+the three modes (``TSPROBE_COMPILE``): ``boundaries`` (default: nothing inside a compiled region
+is hooked; a compiled submodule is recorded at its boundary), ``modules`` (graph breaks at every
+hooked module) and ``shadow`` (an eager re-run of the compiled root records its modules).
 
 Compiling is the slow part (seconds per compile even with inductor's cache): each run is a
 module-scoped fixture, so every configuration compiles once. ``torch._dynamo.reset()`` before
@@ -144,6 +144,9 @@ CASES = {   # name -> (mode, level, task, summary_mode, compile kwargs, model ki
     "bf16-mix": ("boundaries", "mix", "statistics", None, DEFAULT, "bf16"),    # modules mode moves these
     "monitor": ("boundaries", "monitor", "statistics", None, DEFAULT, "plain"),
     "modules-monitor": ("modules", "monitor", "statistics", None, DEFAULT, "plain"),
+    "shadow-L0-tensor": ("shadow", "L0", "tensor", None, DEFAULT, "plain"),
+    "shadow-bf16-mix": ("shadow", "mix", "statistics", None, DEFAULT, "bf16"),
+    "shadow-fullgraph-mix": ("shadow", "mix", "statistics", None, FULLGRAPH, "plain"),
 }
 
 
@@ -185,7 +188,8 @@ PARAM_GRADS = {"Module.fc1.Linear.parameters_grad.0", "Module.ln.LayerNorm.param
                "Module.fc2.Linear.parameters_grad.0"}
 
 
-@pytest.mark.parametrize("name", ["partial-L0", "modules-mix", "modules-L0-tensor"])
+@pytest.mark.parametrize("name", ["partial-L0", "modules-mix", "modules-L0-tensor", "shadow-L0-tensor",
+                                  "shadow-bf16-mix", "shadow-fullgraph-mix"])
 def test_modules_are_recorded_forward_backward_and_parameter_gradients(runs, name):
     for step in range(STEPS):
         data = _data(runs[name], step)
@@ -253,7 +257,7 @@ def eager_l0(tmp_path_factory):
     return train(tmp_path_factory, "eager", "L0", "tensor")
 
 
-@pytest.mark.parametrize("name", ["partial-L0", "modules-L0-tensor"])
+@pytest.mark.parametrize("name", ["partial-L0", "modules-L0-tensor", "shadow-L0-tensor"])
 def test_compiled_run_compares_clean_with_the_eager_run(runs, eager_l0, tmp_path, name):
     r = compare(eager_l0.dump, runs[name].dump, str(tmp_path / "out"), verbose=False)
     assert r.first_divergence is None
@@ -263,7 +267,8 @@ def test_compiled_run_compares_clean_with_the_eager_run(runs, eager_l0, tmp_path
 
 
 @pytest.mark.parametrize("kind,mode,key", [("partial", "boundaries", "Module.ln.LayerNorm.forward.0"),
-                                           ("plain", "modules", "Module.act.GELU.forward.0")])
+                                           ("plain", "modules", "Module.act.GELU.forward.0"),
+                                           ("plain", "shadow", "Module.act.GELU.forward.0")])
 def test_a_bug_in_one_module_of_the_compiled_run_is_named_at_that_module(eager_l0, tmp_path_factory, tmp_path,
                                                                            kind, mode, key):
     buggy = train(tmp_path_factory, "bug", "L0", "tensor", compiled=DEFAULT, kind=kind, bug=True, mode=mode)

@@ -37,6 +37,14 @@ class TorchBackend(Backend):
     def _check_runtime_impl(self) -> None:
         compiled.watch_compiler()      # API wrappers stand aside while torch.compile compiles
 
+    def _hook_model(self, model: torch.nn.Module, index: Optional[int]) -> None:
+        new = model not in self.hooks.hooked
+        super()._hook_model(model, index)
+        if new and compiled.mode() == "shadow":     # module records of a compiled model: shadow.py
+            from .shadow import EagerShadow
+
+            self.hooks.handles.extend(EagerShadow(model, self.switch).hooks(model))
+
     def _is_model_impl(self, model: Any) -> bool:
         return isinstance(model, torch.nn.Module)
 

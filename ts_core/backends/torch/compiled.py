@@ -131,7 +131,15 @@ graph_breaks_forbidden._dynamo_marked_constant = True      # type: ignore[attr-d
 
 
 COMPILE_ENV = "TSPROBE_COMPILE"
-_MODES = {"boundaries": False, "modules": True}     # mode -> graph breaks at hooked modules
+_MODES = {"boundaries": False, "modules": True, "shadow": False}   # mode -> graph breaks at hooked modules
+
+
+def mode() -> str:
+    """``TSPROBE_COMPILE`` checked: boundaries (default), modules or shadow."""
+    value = os.environ.get(COMPILE_ENV, "") or "boundaries"
+    if value not in _MODES:
+        raise ValueError(f"{COMPILE_ENV}={value!r}: allowed: {', '.join(_MODES)}")
+    return value
 
 
 def breaks_at_modules() -> bool:
@@ -139,10 +147,7 @@ def breaks_at_modules() -> bool:
     bit for bit) or ``modules`` (graph breaks at every hooked module, which records each module
     inside a compiled region but changes where inductor may fuse: measured, bf16 autocast moves
     the loss and gradients by up to 2e-3, while float32 stayed bit-identical)."""
-    value = os.environ.get(COMPILE_ENV, "") or "boundaries"
-    if value not in _MODES:
-        raise ValueError(f"{COMPILE_ENV}={value!r}: allowed: {', '.join(_MODES)}")
-    return _MODES[value]
+    return _MODES[mode()]
 
 
 def outside_graph(fn: Callable[..., Any], graph_breaks: Optional[bool] = None) -> Callable[..., Any]:
