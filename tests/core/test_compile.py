@@ -305,3 +305,51 @@ print(sorted(json.load(open({str(tmp_path / "step1" / "rank" / "dump.json")!r}))
     lines = out.stdout.strip().splitlines()
     assert lines[-2] == "False", out.stdout + out.stderr
     assert lines[-1] == str(["Tensor.sum.0.backward", "Tensor.sum.0.forward"]), out.stdout + out.stderr
+
+
+class BNDropNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.bn = nn.BatchNorm1d(16)
+        self.drop = nn.Dropout(0.3)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(self.drop(F.gelu(self.bn(self.fc1(x)))))
+
+
+def test_shadow_leaves_buffers_and_random_numbers_as_they_were(tmp_path):
+    """The eager re-run must not touch BatchNorm's running statistics (values or version
+    counters, which the compiled graph saved) nor the RNG stream (dropout)."""
+    def run(dump):
+        torch.manual_seed(0)
+        model = BNDropNet()
+        x, y = torch.randn(6, 8), torch.randn(6, 4)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        torch._dynamo.reset()
+        fn = torch.compile(model)
+        dbg = PrecisionDebugger(dump_path=dump, task="statistics", level="L0", step=[0, 1, 2]) if dump else None
+        out = []
+        for _ in range(3):
+            if dbg:
+                dbg.start(model)
+            loss = F.mse_loss(fn(x), y)
+            loss.backward()
+            out += [loss.detach()] + [p.grad.clone() for p in model.parameters()]
+            opt.step()
+            opt.zero_grad()
+            if dbg:
+                dbg.stop()
+                dbg.step()
+        if dbg:
+            dbg.close()
+        return out + [b.clone() for b in model.buffers()] + [torch.rand(3)]
+
+    ref = run(None)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(COMPILE_ENV, "shadow")
+        got = run(str(tmp_path / "dump"))
+    assert all(torch.equal(a, b) for a, b in zip(ref, got))
+    data = load_dump(str(tmp_path / "dump" / "step2" / "rank"))["data"]
+    assert "Module.bn.BatchNorm1d.forward.0" in data and "Module.bn.BatchNorm1d.backward.0" in data

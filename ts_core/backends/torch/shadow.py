@@ -5,8 +5,8 @@ The compiled call itself runs as without tsprobe (module hooks are invisible to 
 mode ``boundaries``). Two hooks on the root model break the graph only at its edges (measured:
 the compiled graph and its numbers unchanged, bf16 included): they capture the compiled call's
 real inputs and, after it, re-run the root's ``forward`` eagerly on them (an eager shadow: the
-module hooks record it as in an eager run; the RNG state and the buffers are put back, its
-inputs are detached so its graph is its own). When backward brings the gradients of the compiled
+module hooks record it as in an eager run; it runs on copies of the buffers and a forked RNG
+state, its inputs are detached so its graph is its own). When backward brings the gradients of the compiled
 call's outputs, the shadow graph is run backward with them (``torch.autograd.grad`` towards the
 parameters: nothing is accumulated into ``.grad``), which writes the modules' backward records.
 
@@ -91,13 +91,21 @@ class EagerShadow:
         model = self.model
         grad = torch.is_grad_enabled()
         params = [p for p in model.parameters() if p.requires_grad] if grad else []
-        buffers = [(b, b.detach().clone()) for b in model.buffers()]
         s_args, s_kwargs = _detached(inputs)
-        with torch.random.fork_rng(devices=[]):
-            shadow = model.forward(*s_args, **s_kwargs)
-        with torch.no_grad():
-            for b, saved in buffers:
-                b.copy_(saved)
+        # The shadow works on copies of the buffers (BatchNorm's running statistics): the real
+        # ones keep their values and their version counters (the compiled graph saved them).
+        swapped = []
+        for m in model.modules():
+            for name, buf in m._buffers.items():
+                if buf is not None:
+                    swapped.append((m, name, buf))
+                    m._buffers[name] = buf.detach().clone()
+        try:
+            with torch.random.fork_rng(devices=[]):
+                shadow = model.forward(*s_args, **s_kwargs)
+        finally:
+            for m, name, buf in swapped:
+                m._buffers[name] = buf
         if not params:
             return None
         outs = [t for t in _tensors(output) if t.requires_grad]
