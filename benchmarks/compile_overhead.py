@@ -1,5 +1,5 @@
 """Step-time overhead of tsprobe on a torch.compile'd model (inductor on CPU), per compile mode
-(``TSPROBE_COMPILE``: boundaries, modules) and level; ``eager``: the same model uncompiled.
+(``TSPROBE_COMPILE``: boundaries, modules, shadow) and level; ``eager``: the same model uncompiled.
 
 Workload: 4 blocks of Linear(256)/LayerNorm/GELU + a head, batch 64, AdamW, one thread, process
 CPU time. As in monitor_overhead.py, each worker process trains two identical models and

@@ -14,6 +14,9 @@ graph either (that would change what inductor compiles). So:
   (module records as in eager mode, backward through the compiled pieces' autograd nodes).
   Where graph breaks are forbidden (``fullgraph=True``) the hook stays invisible. The breaks
   change what inductor fuses: bf16 numbers move (measured), hence opt-in;
+- mode ``shadow`` (shadow.py): as ``boundaries``, plus an eager re-run of the compiled root on
+  its real inputs, which the module hooks record (and its backward, with the compiled outputs'
+  gradients);
 - an API wrapper is transparent while dynamo traces (``in_compiler``): the API becomes a graph
   op, as without tsprobe; API calls inside a compiled region are not Python calls at run time
   and are not recorded. Nor are the Tensor methods torch's compiler calls on FakeTensors while
@@ -144,9 +147,10 @@ def mode() -> str:
 
 def breaks_at_modules() -> bool:
     """``TSPROBE_COMPILE``: ``boundaries`` (the default: the compiled program is the user's own,
-    bit for bit) or ``modules`` (graph breaks at every hooked module, which records each module
-    inside a compiled region but changes where inductor may fuse: measured, bf16 autocast moves
-    the loss and gradients by up to 2e-3, while float32 stayed bit-identical)."""
+    bit for bit), ``shadow`` (the same, plus an eager re-run for module records) or ``modules``
+    (graph breaks at every hooked module, which records each module inside a compiled region but
+    changes where inductor may fuse: measured, bf16 autocast moves the loss and gradients by up
+    to 2e-3, while float32 stayed bit-identical)."""
     return _MODES[mode()]
 
 
