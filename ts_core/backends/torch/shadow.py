@@ -46,6 +46,7 @@ class EagerShadow:
         self.inputs: Optional[tuple] = None
 
     def hooks(self, root: torch.nn.Module) -> list:
+        """Register the pre/post pair on `root` (the model given to ``start``); their handles."""
         return [root.register_forward_pre_hook(self._edge(self._pre), with_kwargs=True),
                 root.register_forward_hook(self._edge(self._post), with_kwargs=True, always_call=True)]
 
@@ -53,11 +54,12 @@ class EagerShadow:
         """A root hook: while dynamo traces, a graph break at the edge of the compiled region (or
         nothing, under fullgraph); at run time from compiled code `fn` runs; an eager call of an
         uncompiled root does nothing (its modules record themselves)."""
-        eager_fn = torch.compiler.disable(fn, recursive=True)
+        # dynamo is never imported by tsprobe first (compiled.dynamo_loaded)
+        eager_fn = torch.compiler.disable(fn, recursive=True) if compiled.dynamo_loaded() else None
 
         def hook(*args: Any, **kwargs: Any) -> Any:
             if compiled.compiling():
-                if compiled.graph_breaks_forbidden():
+                if eager_fn is None or compiled.graph_breaks_forbidden():
                     return None
                 return eager_fn(*args, **kwargs)
             if self._compiled_call():
