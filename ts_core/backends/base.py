@@ -144,7 +144,7 @@ class Backend(abc.ABC):
 
     def watch_iterations(self, model: Any, on_begin: Callable[[], None], on_end: Callable[[], None]) -> None:
         """Call on_begin/on_end around every forward of the root model (token ranges)."""
-        self.hooks.handles.append(model.register_forward_pre_hook(lambda m, a: on_begin()))
+        self.hooks.handles.append(self._forward_pre_hook_impl(model, lambda m, a: on_begin(), with_kwargs=False))
         self.hooks.handles.append(self._forward_hook_impl(model, lambda m, a, o: on_end(), with_kwargs=False))
 
     def new_step(self) -> None:
@@ -191,8 +191,8 @@ class Backend(abc.ABC):
         self._module_dump_names[id(module)] = dump_name
         base = f"{self.module_prefix}.{dump_name}.{self.class_name(module)}"
         handles = self.module_dumps.handles
-        handles.append(module.register_forward_pre_hook(
-            functools.partial(self._gated_pre, gate, self.module_dumps, base), with_kwargs=True))
+        handles.append(self._forward_pre_hook_impl(
+            module, functools.partial(self._gated_pre, gate, self.module_dumps, base), with_kwargs=True))
         handles.append(self._forward_hook_impl(
             module, functools.partial(self._post, self.module_dumps, base), with_kwargs=True))
 
@@ -294,8 +294,8 @@ class Backend(abc.ABC):
         for path, module in self._submodules_impl(model):
             name = path if index is None else f"{index}.{path}"
             base = f"{self.module_prefix}.{name}.{self.class_name(module)}"
-            handles.append(module.register_forward_pre_hook(
-                functools.partial(self._gated_pre, self.switch, self.hooks, base), with_kwargs=True))
+            handles.append(self._forward_pre_hook_impl(
+                module, functools.partial(self._gated_pre, self.switch, self.hooks, base), with_kwargs=True))
             handles.append(self._forward_hook_impl(module, functools.partial(self._post, self.hooks, base),
                                                    with_kwargs=True))
             for pname, param in self._own_parameters_impl(module).items():
@@ -466,6 +466,17 @@ class Backend(abc.ABC):
     def _rank_impl(self) -> Optional[int]:
         """See ``rank``."""
 
+    def _class_name_impl(self, module: Any) -> str:
+        """See ``class_name`` (default: the module's own class)."""
+        return type(module).__name__
+
+    def _forward_pre_hook_impl(self, module: Any, hook: Callable, with_kwargs: bool) -> Any:
+        """Register `hook` to run before every forward of `module`; returns the handle. (torch:
+        the hook body runs outside a torch.compile graph.)"""
+        if with_kwargs:
+            return module.register_forward_pre_hook(hook, with_kwargs=True)
+        return module.register_forward_pre_hook(hook)
+
     def _forward_hook_impl(self, module: Any, hook: Callable, with_kwargs: bool) -> Any:
         """Register `hook` to run after every forward of `module`, also when the forward raises
         (``always_call``), so a failed call never leaves its record open; returns the handle."""
@@ -481,10 +492,6 @@ class Backend(abc.ABC):
         None, so the gradient is unchanged); False when the tensor cannot get one."""
         tensor.register_hook(callback)
         return True
-
-    def _class_name_impl(self, module: Any) -> str:
-        """See ``class_name`` (default: the module's own class)."""
-        return type(module).__name__
 
     def _check_runtime_impl(self) -> None:
         """Before installing: warn about a framework mode in which hooks cannot run."""

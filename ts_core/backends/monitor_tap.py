@@ -69,8 +69,7 @@ class MonitorTap:
                 self._parent[base] = _parent_base(path, bases)
                 if be._module_is_inplace_impl(module):
                     self._inplace.add(base)
-                    handles.append(module.register_forward_pre_hook(functools.partial(self._pre, base),
-                                                                    with_kwargs=True))
+                    handles.append(be._forward_pre_hook_impl(module, functools.partial(self._pre, base), True))
                 handles.append(be._forward_hook_impl(module, functools.partial(self._post, base), True))
                 for pname, param in be._own_parameters_impl(module).items():
                     if getattr(param, "requires_grad", False):

@@ -9,6 +9,9 @@ sets ``self.act = nn.functional.gelu`` at construction): calling it never reache
 name. ``wrap_held`` finds such attributes on the model's modules (the function itself, or a
 ``functools.partial`` of it) and points them at the same wrapper, so the call is recorded under
 the function's own key; ``restore`` puts the originals back.
+
+Inside a region a graph compiler traces (torch.compile), a wrapper is transparent
+(``compiling``): the API becomes a graph op as without tsprobe, and is not recorded.
 """
 from __future__ import annotations
 
@@ -63,6 +66,11 @@ class ApiPatcher:
 
     aliasing: FrozenSet[str] = frozenset()
     collective_prefixes: Tuple[str, ...] = ()
+    # True while a graph compiler traces the caller (torch.compiler.is_compiling) or its own
+    # machinery calls the API: a recording body must not run on symbolic tensors. Checked after
+    # the not-collecting fast path, which stays two attribute reads (under a dynamo trace those
+    # reads become guards: a compiled region is compiled once per collecting state).
+    compiling: Callable[[], bool] = staticmethod(lambda: False)
 
     def __init__(self, runner: Callable, switch: Any):
         self.runner = runner
@@ -169,11 +177,11 @@ class ApiPatcher:
             setattr(parent, attr, orig)
 
     def _wrap(self, orig: Callable, base: str, name: str) -> Callable:
-        runner, switch = self.runner, self.switch
+        runner, switch, compiling = self.runner, self.switch, self.compiling
 
         @functools.wraps(orig)
         def wrapper(*args, **kwargs):
-            if DEPTH.value or not switch.active:
+            if DEPTH.value or not switch.active or compiling():
                 return orig(*args, **kwargs)
             return runner(orig, base, name, args, kwargs)
 

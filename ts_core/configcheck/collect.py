@@ -210,8 +210,12 @@ class Recorder:
         self._summarize("weights", named, crc=size <= CRC_LIMIT, defer=dbg.config.async_dump)
         root = models[0] if models else None
         if root is not None and hasattr(root, "register_forward_pre_hook"):
+            first_batch = self._first_batch
+            if getattr(self.adapter, "framework", "") == "pytorch":      # never traced by torch.compile
+                from ..backends.torch.compiled import outside_graph
+                first_batch = outside_graph(first_batch, graph_breaks=True)    # at the root: the graph is unchanged
             try:
-                self.handle = root.register_forward_pre_hook(self._first_batch, with_kwargs=True)
+                self.handle = root.register_forward_pre_hook(first_batch, with_kwargs=True)
             except TypeError:        # a framework without with_kwargs
                 self.handle = root.register_forward_pre_hook(lambda m, a: self._first_batch(m, a, {}))
 

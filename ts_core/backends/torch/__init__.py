@@ -5,6 +5,9 @@ gradients come from ``register_post_accumulate_grad_hook`` and can be re-read fr
 backward is captured without adding a node to the autograd graph: read-only hooks on the nodes
 a call created that feed its inputs, or, for in-place and view-returning calls, a hook on the
 output's autograd node (grad_capture).
+
+Under torch.compile (compiled.py) module hooks run outside the graph, at graph breaks, and API
+wrappers are transparent inside compiled regions; a compiled model is named as the model it wraps.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 import torch
 
 from ..base import Backend
+from . import compiled
 from .api_hooks import ApiPatcher, node_target
 from .grad_capture import GradCapture, on_grad, release_leaf_hooks
 from .tensors import TorchAdapter
@@ -34,23 +38,42 @@ class TorchBackend(Backend):
     model_type_name = "torch.nn.Module"
     module_prefix = "Module"
 
+    def _check_runtime_impl(self) -> None:
+        compiled.watch_compiler()      # API wrappers stand aside while torch.compile compiles
+
+    def _hook_model(self, model: torch.nn.Module, index: Optional[int]) -> None:
+        new = model not in self.hooks.hooked
+        super()._hook_model(model, index)
+        if new and compiled.mode() == "shadow":     # module records of a compiled model: shadow.py
+            from .shadow import EagerShadow
+
+            self.hooks.handles.extend(EagerShadow(model, self.switch).hooks(model))
+
     def _is_model_impl(self, model: Any) -> bool:
         return isinstance(model, torch.nn.Module)
 
+    def _submodules_impl(self, model: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
+        return compiled.submodules(model)
+
     def _class_name_impl(self, module: torch.nn.Module) -> str:
-        # fully_shard swaps a module's class for FSDP{Class}(FSDPModule, Class): name the user's
+        # a compiled wrapper is named as the module it wraps; fully_shard swaps a module's class
+        # for FSDP{Class}(FSDPModule, Class): name the user's
+        cls = type(compiled.unwrap(module))
         fsdp = sys.modules.get("torch.distributed.fsdp")
         wrapper = getattr(fsdp, "FSDPModule", None)
-        cls = type(module)
         if wrapper is not None and issubclass(cls, wrapper):
             cls = next((c for c in cls.__mro__ if not issubclass(c, wrapper)), cls)
         return cls.__name__
 
-    def _submodules_impl(self, model: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
-        return ((path, m) for path, m in model.named_modules() if path)
-
     def _own_parameters_impl(self, module: torch.nn.Module) -> Dict[str, Any]:
-        return dict(module.named_parameters(recurse=False))
+        return dict(compiled.unwrap(module).named_parameters(recurse=False))
+
+    def _forward_pre_hook_impl(self, module: torch.nn.Module, hook, with_kwargs: bool) -> Any:
+        return module.register_forward_pre_hook(compiled.outside_graph(hook), with_kwargs=with_kwargs)
+
+    def _forward_hook_impl(self, module: torch.nn.Module, hook, with_kwargs: bool) -> Any:
+        return module.register_forward_hook(compiled.outside_graph(hook), with_kwargs=with_kwargs,
+                                            always_call=True)
 
     def _hook_param_impl(self, base: str, pname: str, param: torch.Tensor) -> Any:
         self.hooks.watch_param(base, pname, param)

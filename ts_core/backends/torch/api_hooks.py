@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from .. import patching
+from .compiled import in_compiler, skip_as_frame
 
 API_LIST = os.path.join(os.path.dirname(__file__), "api_list.yaml")
 # api_list.yaml section -> key prefix (msprobe's: its support_wrap_ops.yaml names the same sections)
@@ -39,9 +40,15 @@ class ApiPatcher(patching.ApiPatcher):
 
     aliasing = ALIASING
     collective_prefixes = ("Distributed",)
+    compiling = staticmethod(in_compiler)
 
     def _default_list(self) -> Dict[str, List[str]]:
         return load_api_list()
+
+    def _wrap(self, orig, base: str, name: str):
+        wrapper = super()._wrap(orig, base, name)
+        skip_as_frame(wrapper.__code__)       # never a torch.compile frame of its own (compiled.py)
+        return wrapper
 
     def _owners(self, api_list: Dict[str, List[str]]) -> Iterator[Tuple[Any, str, List[str]]]:
         for section, names in api_list.items():

@@ -1,0 +1,126 @@
+"""Mode ``shadow`` of torch.compile (``TSPROBE_COMPILE=shadow``): module-level records of a
+compiled model without touching the compiled program.
+
+The compiled call itself runs as without tsprobe (module hooks are invisible to dynamo, as in
+mode ``boundaries``). Two hooks on the root model break the graph only at its edges (measured:
+the compiled graph and its numbers unchanged, bf16 included): they capture the compiled call's
+real inputs and, after it, re-run the root's ``forward`` eagerly on them (an eager shadow: the
+module hooks record it as in an eager run; it runs on copies of the buffers and a forked RNG
+state, its inputs are detached so its graph is its own). When backward brings the gradients of the compiled
+call's outputs, the shadow graph is run backward with them (``torch.autograd.grad`` towards the
+parameters: nothing is accumulated into ``.grad``), which writes the modules' backward records.
+
+What the records are: an eager computation on the compiled run's inputs and parameters, the
+compiled run's output gradients; not the compiled kernels' own intermediate values. Costs one
+more forward and backward of the model, and the shadow's activations until backward.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+import torch
+
+from ..structure import leaves
+from . import compiled
+
+
+def _tensors(obj: Any) -> List[torch.Tensor]:
+    return leaves(obj, lambda v: isinstance(v, torch.Tensor), [])
+
+
+def _detached(obj: Any) -> Any:
+    """`obj` with each tensor detached (a leaf that requires grad where it did)."""
+    def one(t: torch.Tensor) -> torch.Tensor:
+        d = t.detach()
+        return d.requires_grad_(t.requires_grad) if t.is_floating_point() or t.is_complex() else d
+    return torch.utils._pytree.tree_map_only(torch.Tensor, one, obj)
+
+
+class EagerShadow:
+    """The root hooks of mode ``shadow`` on one model; `gate.active` says when to record."""
+
+    def __init__(self, model: torch.nn.Module, gate: Any):
+        self.model = compiled.unwrap(model)
+        self.root_is_compiled = model is not self.model   # hooks on the compiled wrapper: outside dynamo
+        self.gate = gate
+        self.inputs: Optional[tuple] = None
+
+    def hooks(self, root: torch.nn.Module) -> list:
+        """Register the pre/post pair on `root` (the model given to ``start``); their handles."""
+        return [root.register_forward_pre_hook(self._edge(self._pre), with_kwargs=True),
+                root.register_forward_hook(self._edge(self._post), with_kwargs=True, always_call=True)]
+
+    def _edge(self, fn: Any) -> Any:
+        """A root hook: while dynamo traces, a graph break at the edge of the compiled region (or
+        nothing, under fullgraph); at run time from compiled code `fn` runs; an eager call of an
+        uncompiled root does nothing (its modules record themselves)."""
+        # dynamo is never imported by tsprobe first (compiled.dynamo_loaded)
+        eager_fn = torch.compiler.disable(fn, recursive=True) if compiled.dynamo_loaded() else None
+
+        def hook(*args: Any, **kwargs: Any) -> Any:
+            if compiled.compiling():
+                if eager_fn is None or compiled.graph_breaks_forbidden():
+                    return None
+                return eager_fn(*args, **kwargs)
+            if self._compiled_call():
+                return fn(*args, **kwargs)
+            return None
+        compiled._FRAMES[hook.__code__] = (compiled._SKIP, compiled._SKIP)
+        compiled.watch_compiler()
+        return hook
+
+    def _compiled_call(self) -> bool:
+        """Is this (eager) call of the root hooks that of a compiled call? ``torch.compile(model)``
+        runs the root's hooks outside dynamo, inside its OptimizedModule's call;
+        ``model.compile()`` compiles in place."""
+        if self.root_is_compiled or getattr(self.model, "_compiled_call_impl", None) is not None:
+            return True
+        if not compiled.dynamo_loaded():
+            return False
+        from torch._dynamo import eval_frame
+
+        in_optimized = getattr(eval_frame, "_is_in_optimized_module", None)
+        return bool(in_optimized is not None and in_optimized())
+
+    def _pre(self, module: Any, args: tuple, kwargs: dict) -> None:
+        self.inputs = (args, kwargs) if self.gate.active else None
+        return None
+
+    def _post(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        inputs, self.inputs = self.inputs, None
+        if inputs is None or not self.gate.active:
+            return None
+        model = self.model
+        grad = torch.is_grad_enabled()
+        params = [p for p in model.parameters() if p.requires_grad] if grad else []
+        s_args, s_kwargs = _detached(inputs)
+        # The shadow works on copies of the buffers (BatchNorm's running statistics): the real
+        # ones keep their values and their version counters (the compiled graph saved them).
+        swapped = []
+        for m in model.modules():
+            for name, buf in m._buffers.items():
+                if buf is not None:
+                    swapped.append((m, name, buf))
+                    m._buffers[name] = buf.detach().clone()
+        try:
+            with torch.random.fork_rng(devices=[]):
+                shadow = model.forward(*s_args, **s_kwargs)
+        finally:
+            for m, name, buf in swapped:
+                m._buffers[name] = buf
+        if not params:
+            return None
+        outs = [t for t in _tensors(output) if t.requires_grad]
+        shadows = [t for t in _tensors(shadow) if t.requires_grad]
+        if not outs or len(outs) != len(shadows):
+            return None
+        leaves_in = [t for t in _tensors((s_args, s_kwargs)) if t.requires_grad]
+
+        def backward(grads: List[Optional[torch.Tensor]]) -> None:
+            pairs = [(s, g) for s, g in zip(shadows, grads) if g is not None]
+            if pairs:
+                torch.autograd.grad([s for s, _ in pairs], params + leaves_in, [g for _, g in pairs],
+                                    allow_unused=True)
+            return None
+        torch.autograd.graph.register_multi_grad_hook(outs, backward)
+        return None
