@@ -20,6 +20,7 @@ TASKS = ("statistics", "tensor", "structure")
 LEVELS = ("L0", "L1", "mix", "debug")
 DATA_MODES = ("all", "forward", "backward", "input", "output")
 SUMMARY_MODES = ("statistics", "md5", "xor")
+COMPILE_MODES = ("", "boundaries", "shadow", "modules")
 STRUCTURE_LEVELS = ("L0", "mix")     # task "structure" records the hierarchy: modules must be hooked
 
 # msprobe keys we accept for drop-in compatibility but do not act on.
@@ -28,7 +29,7 @@ _TOLERATED_TOP = {"enable_dataloader", "precision", "acl_config", "is_dump_compi
                   "exception_dump", "acc_check", "nan_check", "diff_check", "risk_level"}
 _TOP = {"task", "dump_path", "rank", "step", "level", "seed", "is_deterministic", "async_dump",
         "statistics", "tensor", "structure", "stack", "on_write_error", "framework", "dump_eval",
-        "dump_enable", "fingerprint", "monitor"}
+        "dump_enable", "fingerprint", "monitor", "compile_mode"}
 _SECTION = {"scope", "list", "data_mode", "summary_mode", "file_format", "online_run_ut",
             "nfs_path", "host", "port", "tls_path", "bench_path", "online_run_ut_recompute",
             "tensor_list", "diff_nums"}
@@ -68,6 +69,9 @@ class DebuggerConfig:
     diff_nums: int = 1                                 # with bench_path: records saved at most (-1: all)
     fingerprint: bool = True                           # fingerprint.json per step folder (config-check)
     monitor: Optional[MonitorConfig] = None            # monitor mode (ts_core/monitor); None: off
+    # torch.compile: boundaries / shadow / modules (docs/distributed-and-compiled.md); "" means
+    # the TSPROBE_COMPILE environment variable, else boundaries
+    compile_mode: str = ""
 
     def wants(self, direction: str, part: str) -> bool:
         """Does data_mode keep `part` ('input'/'output') of a `direction` ('forward'/'backward') record?"""
@@ -313,6 +317,8 @@ def validate(flat: Mapping[str, Any]) -> DebuggerConfig:
         _choice("framework", v["framework"], ("", "pytorch", "mindspore", "mindtorch"))
     if "on_write_error" in v:
         _choice("on_write_error", v["on_write_error"], ("warn", "raise"))
+    if "compile_mode" in v:
+        _choice("compile_mode", v["compile_mode"], COMPILE_MODES)
     if "scope" in v:
         v["scope"] = _str_list("scope", v["scope"])
         if len(v["scope"]) not in (0, 2):

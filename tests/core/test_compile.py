@@ -329,7 +329,8 @@ def test_shadow_leaves_buffers_and_random_numbers_as_they_were(tmp_path):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
         torch._dynamo.reset()
         fn = torch.compile(model)
-        dbg = PrecisionDebugger(dump_path=dump, task="statistics", level="L0", step=[0, 1, 2]) if dump else None
+        dbg = PrecisionDebugger(dump_path=dump, task="statistics", level="L0", step=[0, 1, 2],
+                                compile_mode="shadow") if dump else None      # the config field, not the env
         out = []
         for _ in range(3):
             if dbg:
@@ -348,7 +349,7 @@ def test_shadow_leaves_buffers_and_random_numbers_as_they_were(tmp_path):
 
     ref = run(None)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(COMPILE_ENV, "shadow")
+        mp.setenv(COMPILE_ENV, "boundaries")     # the config's compile_mode wins over the environment
         got = run(str(tmp_path / "dump"))
     assert all(torch.equal(a, b) for a, b in zip(ref, got))
     data = load_dump(str(tmp_path / "dump" / "step2" / "rank"))["data"]

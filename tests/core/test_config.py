@@ -71,6 +71,7 @@ BAD = [
     ({"statistics": {"lst": []}}, "statistics.lst", "did you mean 'statistics.list'"),
     ({"levle": "L1"}, "levle", "did you mean 'level'"),
     ({"statistics": []}, "statistics", "mapping"),
+    ({"compile_mode": "shdow"}, "compile_mode", "did you mean 'shadow'"),
 ]
 
 

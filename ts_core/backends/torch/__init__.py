@@ -44,7 +44,7 @@ class TorchBackend(Backend):
     def _hook_model(self, model: torch.nn.Module, index: Optional[int]) -> None:
         new = model not in self.hooks.hooked
         super()._hook_model(model, index)
-        if new and compiled.mode() == "shadow":     # module records of a compiled model: shadow.py
+        if new and compiled.mode(self.cfg.compile_mode) == "shadow":     # module records of a compiled model: shadow.py
             from .shadow import EagerShadow
 
             self.hooks.handles.extend(EagerShadow(model, self.switch).hooks(model))
@@ -69,10 +69,12 @@ class TorchBackend(Backend):
         return dict(compiled.unwrap(module).named_parameters(recurse=False))
 
     def _forward_pre_hook_impl(self, module: torch.nn.Module, hook, with_kwargs: bool) -> Any:
-        return module.register_forward_pre_hook(compiled.outside_graph(hook), with_kwargs=with_kwargs)
+        breaks = compiled.breaks_at_modules(self.cfg.compile_mode)
+        return module.register_forward_pre_hook(compiled.outside_graph(hook, breaks), with_kwargs=with_kwargs)
 
     def _forward_hook_impl(self, module: torch.nn.Module, hook, with_kwargs: bool) -> Any:
-        return module.register_forward_hook(compiled.outside_graph(hook), with_kwargs=with_kwargs,
+        breaks = compiled.breaks_at_modules(self.cfg.compile_mode)
+        return module.register_forward_hook(compiled.outside_graph(hook, breaks), with_kwargs=with_kwargs,
                                             always_call=True)
 
     def _hook_param_impl(self, base: str, pname: str, param: torch.Tensor) -> Any:

@@ -137,21 +137,22 @@ COMPILE_ENV = "TSPROBE_COMPILE"
 _MODES = {"boundaries": False, "modules": True, "shadow": False}   # mode -> graph breaks at hooked modules
 
 
-def mode() -> str:
-    """``TSPROBE_COMPILE`` checked: boundaries (default), modules or shadow."""
-    value = os.environ.get(COMPILE_ENV, "") or "boundaries"
+def mode(configured: str = "") -> str:
+    """The config's ``compile_mode`` if set, else ``TSPROBE_COMPILE`` checked: boundaries
+    (default), modules or shadow."""
+    value = configured or os.environ.get(COMPILE_ENV, "") or "boundaries"
     if value not in _MODES:
         raise ValueError(f"{COMPILE_ENV}={value!r}: allowed: {', '.join(_MODES)}")
     return value
 
 
-def breaks_at_modules() -> bool:
+def breaks_at_modules(configured: str = "") -> bool:
     """``TSPROBE_COMPILE``: ``boundaries`` (the default: the compiled program is the user's own,
     bit for bit), ``shadow`` (the same, plus an eager re-run for module records) or ``modules``
     (graph breaks at every hooked module, which records each module inside a compiled region but
     changes where inductor may fuse: measured, bf16 autocast moves the loss and gradients by up
     to 2e-3, while float32 stayed bit-identical)."""
-    return _MODES[mode()]
+    return _MODES[mode(configured)]
 
 
 def outside_graph(fn: Callable[..., Any], graph_breaks: Optional[bool] = None) -> Callable[..., Any]:
