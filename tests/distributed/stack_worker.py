@@ -166,7 +166,9 @@ def train(stack: str, world: int, rank: int, debugger=None, same_data: Optional[
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     losses, grads = [], {}
     for step in range(STEPS):
-        data = single_batch(step, single_of) if stack == "single" else batch(step, rank, same_data)
+        # 2-D: the tensor-parallel peers of one data-parallel group see the same batch
+        data_rank = rank // (world // 2) if stack == "2d" else rank
+        data = single_batch(step, single_of) if stack == "single" else batch(step, data_rank, same_data)
         tokens, labels = (t.to(DEVICE) for t in data)
         if debugger is not None:
             debugger.start(model)
