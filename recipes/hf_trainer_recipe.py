@@ -5,7 +5,7 @@ optimizer steps with gradient accumulation 2 on random token ids; the steps list
 configs/statistics_mix.yaml (0 and 1) are dumped, each with both micro-batches' forward and
 backward and one parameters_grad per module. Runs on CPU.
 
-    python recipes/hf_trainer_recipe.py [--dump-path DIR] [--bf16]
+    python recipes/hf_trainer_recipe.py [--dump-path DIR] [--bf16] [--torch-compile]
 
 The three lines a user adds are marked (1) (2) (3).
 """
@@ -49,13 +49,15 @@ def main(argv=None) -> None:
     p.add_argument("--output-dir", default=None, help="Trainer output dir (default: a temporary one)")
     p.add_argument("--bf16", action="store_true", help="bf16 mixed precision (CPU autocast)")
     p.add_argument("--max-steps", type=int, default=4)
+    p.add_argument("--torch-compile", action="store_true", help="TrainingArguments(torch_compile=True)")
     args = p.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
         targs = TrainingArguments(
             output_dir=args.output_dir or tmp, use_cpu=True, max_steps=args.max_steps,
             per_device_train_batch_size=4, gradient_accumulation_steps=2, learning_rate=1e-3,
-            bf16=args.bf16, save_strategy="no", report_to=[], disable_tqdm=True, logging_steps=1)
+            bf16=args.bf16, save_strategy="no", report_to=[], disable_tqdm=True, logging_steps=1,
+            torch_compile=args.torch_compile)
         dump = PrecisionDumpCallback(config_path=CONFIG, dump_path=args.dump_path)  # (2)
         trainer = Trainer(model=tiny_gpt2(), args=targs, train_dataset=RandomTokens(),
                           callbacks=[dump])                                     # (3)

@@ -18,6 +18,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ts_core.dumpfmt.token_map import FORMAT, write_token_map
+from ts_core.model_hooks import forward_hooks
 
 __all__ = ["Describer", "IterationInfo", "Segment", "TokenWindow", "check_token_range"]
 
@@ -102,9 +103,8 @@ class TokenWindow:
             return self
         self._rank_dir = dbg.open_dump_dir
         self._keys_before = len(dbg.record_keys())
-        self._handles.append(self.model.register_forward_pre_hook(self._pre, with_kwargs=True, prepend=True))
-        end = self.end_module if self.end_module is not None else self.model
-        self._handles.append(end.register_forward_hook(self._post, always_call=True))
+        self._handles += forward_hooks(self.model, self._pre, self._post, on=self.end_module,
+                                       pre_with_kwargs=True, prepend=True)
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -43,6 +43,7 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional, Sequence
 
 from ts_core import PrecisionDebugger
+from ts_core.model_hooks import forward_hooks
 
 from ._common import StepDriver, make_debugger
 from .hf_generate import generate_with_dump, split_by_request
@@ -111,8 +112,7 @@ class _RootWatch:
         self.remove()
         self.model = model
         self._queue = _autograd_queue_callback()
-        self.handles = [model.register_forward_pre_hook(self._pre),
-                        model.register_forward_hook(self._post, always_call=True)]
+        self.handles = forward_hooks(model, self._pre, self._post)      # never traced by torch.compile
 
     def remove(self) -> None:
         for h in self.handles:

@@ -249,7 +249,7 @@ def test_module_statistics_equal_an_independent_numpy_forward(runs):
         rec = data[f"{key}.parameters_grad.0"]
         for pname in ("weight", "bias"):
             want = _stats(run.grads[0][f"{prefix}.{pname}"].numpy())
-            np.testing.assert_allclose(_recorded(rec[pname][0]), want, rtol=1e-6, atol=1e-9)
+            np.testing.assert_allclose(_recorded(rec[pname][0]), want, rtol=1e-6, atol=1e-7)   # a mean of ~0 from float32 sums
 
 
 @pytest.fixture(scope="module")

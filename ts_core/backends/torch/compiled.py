@@ -160,23 +160,27 @@ def outside_graph(fn: Callable[..., Any], graph_breaks: Optional[bool] = None) -
     dynamo traces, the hook returns None and leaves no trace in the graph; with `graph_breaks`
     (None: ``breaks_at_modules()``) and graph breaks allowed, `fn` runs instead at a graph break,
     on the real tensors."""
-    if graph_breaks is None:
-        breaks = breaks_at_modules()
-    else:       # a root hook made before anything was compiled: invisible is enough (no import)
-        breaks = graph_breaks and dynamo_loaded()
+    breaks = breaks_at_modules() if graph_breaks is None else graph_breaks
     if not breaks:
         def hook(*args: Any, **kwargs: Any) -> Any:
             if compiling():
                 return None
             return fn(*args, **kwargs)
     else:
-        eager_fn = torch.compiler.disable(fn, recursive=True)
+        # The graph-break version of `fn`. torch.compiler.disable imports dynamo (seconds), so an
+        # explicit root hook made before anything was compiled gets it at its first eager call
+        # after dynamo was loaded; never while dynamo traces (made there, it is traced through).
+        # Until then a traced call leaves no trace, as without graph breaks.
+        eager: list = [torch.compiler.disable(fn, recursive=True)] if graph_breaks is None or dynamo_loaded() \
+            else []
 
         def hook(*args: Any, **kwargs: Any) -> Any:
             if compiling():
-                if graph_breaks_forbidden():
+                if not eager or graph_breaks_forbidden():
                     return None
-                return eager_fn(*args, **kwargs)
+                return eager[0](*args, **kwargs)
+            if not eager and dynamo_loaded():
+                eager.append(torch.compiler.disable(fn, recursive=True))
             return fn(*args, **kwargs)
 
     hook.__wrapped__ = fn         # type: ignore[attr-defined]
