@@ -79,7 +79,7 @@ def build(stack: str, world: int, model: Optional[TinyLM] = None):
     from torch.distributed.device_mesh import init_device_mesh
 
     torch.manual_seed(0)
-    model = model if model is not None else TinyLM()
+    model = model if model is not None else TinyLM(vocab=VOCAB)
     if stack == "single":         # one process, no process group: the twin of the parallel runs
         return model, True
     if stack == "ddp":
@@ -210,6 +210,7 @@ def differences(a: dict, b: dict) -> list:
 
 
 def main() -> None:
+    global DEVICE, VOCAB
     ap = argparse.ArgumentParser()
     ap.add_argument("--stack", required=True)
     ap.add_argument("--runs", required=True,
@@ -219,10 +220,12 @@ def main() -> None:
     ap.add_argument("--same-data", action="store_true", help="every rank sees the same batch (DDP)")
     ap.add_argument("--single-of", type=int, default=1,
                     help="stack single: the twin of a data-parallel job over N ranks with their own batches")
+    ap.add_argument("--vocab", type=int, default=VOCAB,
+                    help="vocabulary size (one not divisible by the TP size: uneven embedding/head shards)")
     ap.add_argument("--bug", default="", help="RANK:PARAM: perturb PARAM's local shard on RANK only")
     args = ap.parse_args()
 
-    global DEVICE
+    VOCAB = args.vocab
     if args.stack == "fsdp1":
         DEVICE = f"cuda:{int(os.environ['LOCAL_RANK'])}"
         torch.cuda.set_device(DEVICE)

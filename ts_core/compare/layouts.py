@@ -92,7 +92,7 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
     for u in many:
         t_steps.setdefault(u.step, []).append(u)
     pairs: List[Tuple[DumpUnit, DumpUnit]] = []
-    rules, counts, text = set(), {}, []
+    rules, counts, text, n_shards = set(), {}, [], set()
     for g in single:
         units = sorted(t_steps.get(g.step, []), key=lambda u: rank_number(u.rank))
         if not units:
@@ -102,10 +102,12 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
         datas = [_strip_wrapper(d["data"], g_data) for d in t_docs]
         rule = forced or detect(datas)
         rules.add(rule)
+        shards = data_shards(datas) if rule == SPLIT and not forced else len(datas)
+        n_shards.add(shards)
         for r, (u, doc) in enumerate(zip(units, t_docs)):
             if only is not None and rank_number(u.rank) not in only:
                 continue
-            view, c = build_view(g_data, datas, r, rule)
+            view, c = build_view(g_data, datas, r, rule, shards)
             for k, v in c.items():
                 counts[k] = counts.get(k, 0) + v
             out = work_dir / (u.json_path.parent.parent.name if u.step is not None else "step") / u.rank
@@ -120,8 +122,9 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
         text.append("  each rank is compared with the single run; sharded values (DTensor, tiles of the single "
                     "run's shape) are merged across ranks first")
     else:
+        scale = "/".join(map(str, sorted(n_shards))) or n
         text.append(f"  the ranks' batch shards are merged (counts and sums add, Max/Min combine); backward "
-                    f"values scaled by 1/{n} (each rank's loss averages its own shard); replicated values "
+                    f"values scaled by 1/{scale} (each rank's loss averages its own shard); replicated values "
                     "(parameters, reduced gradients) compared rank by rank")
     text.append("  values: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
     from .replicas import check_units, replicas_text
@@ -189,6 +192,22 @@ def detect(datas: List[Dict[str, Any]]) -> str:
     return SAME
 
 
+def data_shards(datas: List[Dict[str, Any]]) -> int:
+    """How many distinct batch shards the ranks saw (the first recorded tensor input's distinct
+    versions): N under DDP/FSDP2, the data-parallel size on a 2-D mesh whose tensor-parallel
+    peers share their batch."""
+    for key, rec in datas[0].items():
+        if parse_key(key).direction != "forward":
+            continue
+        for path, leaf in _leaves(rec):
+            if not path or path[0] not in ("input_args", "input_kwargs", "input"):
+                continue
+            others = [_at(d.get(key), path) for d in datas]
+            return len({None if o is None else json.dumps([o.get("shape")] + [o.get(s) for s in _STATS])
+                        for o in others})
+    return 1
+
+
 # ---------------------------------------------------------------- merging
 
 def _local(s: dict) -> Optional[Tuple[int, float, float, float, float]]:
@@ -220,13 +239,104 @@ def _tile_dim(shapes: List[list], golden: list) -> Optional[int]:
     return None
 
 
-def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, backward: bool) -> Tuple[dict, str]:
+def _same(a: dict, b: dict) -> bool:
+    return a.get("shape") == b.get("shape") and all(a.get(k) == b.get(k) for k in _STATS)
+
+
+def _grid_tiles(leaves: List[dict], golden: list) -> Optional[Tuple[List[dict], int, int]]:
+    """A 2-D mesh (ranks ``g*k .. g*k+k-1`` one inner group, e.g. the tensor-parallel peers of one
+    data-parallel group): each inner group's values are one replica or tiles along one dimension,
+    and the groups' results tile the golden shape. Returns the distinct tiles (each counted once),
+    the inner and the outer dimension (-1: replicated within the group)."""
+    n = len(leaves)
+    for k in range(2, n):
+        if n % k:
+            continue
+        tiles, inner, shapes = [], None, []
+        for g in range(n // k):
+            group = leaves[g * k:(g + 1) * k]
+            if all(_same(s, group[0]) for s in group):
+                d, shape = -1, group[0].get("shape")
+            else:
+                gs = [s.get("shape") for s in group]
+                if any(not isinstance(x, list) or len(x) != len(golden) for x in gs):
+                    break
+                d = next((i for i in range(len(golden)) if all(x[:i] + x[i + 1:] == gs[0][:i] + gs[0][i + 1:]
+                                                                for x in gs)), None)
+                if d is None:
+                    break
+                shape = gs[0][:d] + [sum(x[d] for x in gs)] + gs[0][d + 1:]
+            if inner not in (None, d):
+                break
+            inner = d
+            shapes.append(shape)
+            tiles.extend(group[:1] if d == -1 else group)
+        else:
+            outer = _tile_dim(shapes, golden)
+            if outer is not None:
+                return tiles, inner, outer
+    return None
+
+
+def _submesh_groups(leaves: List[dict]) -> Optional[List[List[int]]]:
+    """The rank groups of a DTensor whose mesh is smaller than the job (contiguous blocks: the inner
+    dimension of a 2-D mesh; or strided: its outer one), found from the coordinates: each group
+    holds every coordinate of the mesh once. None when the mesh spans every rank."""
+    n = len(leaves)
+    blocks = [s[DTENSOR] for s in leaves]
+    m = math.prod(blocks[0].get("mesh_shape") or [n])
+    if m >= n or n % m or any(math.prod(b.get("mesh_shape") or [n]) != m for b in blocks):
+        return None
+    for groups in ([list(range(g * m, (g + 1) * m)) for g in range(n // m)],
+                   [list(range(j, n, n // m)) for j in range(n // m)]):
+        if all(len({tuple(blocks[i].get("coordinate") or ()) for i in g}) == m for g in groups):
+            return groups
+    return None
+
+
+def _merge_means(parts: List[dict], own: dict, golden: Optional[dict], rule: str, backward: bool,
+                 shards: Optional[int]) -> Tuple[dict, str]:
+    """Mean-only values (a Partial DTensor per sub-mesh group) of the groups: tiles of the single
+    run's shape combine their Means by count; same-shape split-batch gradients average."""
+    g_shape = golden.get("shape") if golden else None
+    shapes = [p.get("shape") for p in parts]
+    if g_shape is None or any(p.get("Mean") is None for p in parts):
+        return own, "DTensor merged (sub-mesh)"
+    if all(sh == g_shape for sh in shapes):
+        if all(p.get("Mean") == parts[0].get("Mean") for p in parts):
+            return own, "DTensor merged (sub-mesh)"
+        if not (rule == SPLIT and backward):
+            return own, "DTensor merged (sub-mesh)"
+        out = dict(own, Mean=math.fsum(p["Mean"] for p in parts) / len(parts))
+        return out, "DTensor merged (sub-mesh) + averaged over ranks"
+    d = _tile_dim(shapes, g_shape)
+    if d is None:
+        return own, "DTensor merged (sub-mesh)"
+    scale = 1.0 / (shards or len(parts)) if (rule == SPLIT and backward) else 1.0
+    counts = [math.prod(sh) for sh in shapes]
+    mean = math.fsum(p["Mean"] * c for p, c in zip(parts, counts)) / sum(counts) * scale
+    return dict(own, shape=list(g_shape), Mean=mean), f"DTensor merged (sub-mesh) + tiles merged (dim {d})"
+
+
+def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, backward: bool,
+                 shards: Optional[int] = None) -> Tuple[dict, str]:
     """The value of rank `r` as the view shows it, and how it was made."""
     own = leaves[r]
     n = len(leaves)
     if DTENSOR in own:
         if any(DTENSOR not in s for s in leaves):
             return own, "own"
+        groups = _submesh_groups(leaves)
+        if groups is not None:      # a DTensor on a sub-mesh (the TP mesh of a 2-D one): merged per group first
+            per_rank: List[dict] = [{}] * n
+            for group in groups:
+                members = [leaves[i] for i in group]
+                for j, i in enumerate(group):
+                    per_rank[i] = _merge_value(members, j, None, SAME, False)[0]
+            if any(s.get("Max") is None for s in per_rank):      # Partial: Means, tiled across the groups
+                return _merge_means([per_rank[g[0]] for g in groups], per_rank[r], golden, rule, backward, shards)
+            value, how = _merge_value(per_rank, r, golden, rule, backward, shards)
+            return value, "DTensor merged (sub-mesh)" + ("" if how == "own" else " + " + how)
         merged = merge_shards(leaves)
         block = own[DTENSOR]
         base = {k: v for k, v in own.items() if k not in ("data_name", "md5", DTENSOR) + _STATS}
@@ -265,20 +375,28 @@ def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, 
                 return _summary(own, [], 1, mean, mean * mean, mean, mean, MERGED), "averaged over ranks"
         return own, "own"
     d = _tile_dim(shapes, g_shape)
+    how = f"tiles merged (dim {d})"
+    if d is None:
+        grid = _grid_tiles(leaves, g_shape)
+        if grid is None:
+            return own, "own"
+        leaves, inner, outer = grid
+        how = f"tiles merged (dim {outer})" if inner == -1 else f"tiles merged (dims {outer}, {inner})"
     locs = [_local(s) for s in leaves]
-    if d is None or any(loc is None for loc in locs):
+    if any(loc is None for loc in locs):
         return own, "own"
-    scale = 1.0 / n if (rule == SPLIT and backward) else 1.0
+    scale = 1.0 / (shards or n) if (rule == SPLIT and backward) else 1.0
     count = sum(loc[0] for loc in locs)
     total = math.fsum(loc[1] for loc in locs) * scale
     squares = math.fsum(loc[2] for loc in locs) * scale * scale
     mx, mn = max(loc[3] for loc in locs) * scale, min(loc[4] for loc in locs) * scale
-    return _summary(own, g_shape, count, total, squares, mx, mn, MERGED), f"tiles merged (dim {d})"
+    return _summary(own, g_shape, count, total, squares, mx, mn, MERGED), how
 
 
-def build_view(golden: Dict[str, Any], datas: List[Dict[str, Any]], r: int, rule: str
-               ) -> Tuple[Dict[str, Any], Dict[str, int]]:
-    """Rank `r`'s records with every tensor value as comparable with the single run's."""
+def build_view(golden: Dict[str, Any], datas: List[Dict[str, Any]], r: int, rule: str,
+               shards: Optional[int] = None) -> Tuple[Dict[str, Any], Dict[str, int]]:
+    """Rank `r`'s records with every tensor value as comparable with the single run's (split
+    batch: `shards` batch shards, default one per rank, scale the backward tiles)."""
     counts: Dict[str, int] = {}
     view: Dict[str, Any] = {}
     for key, rec in datas[r].items():
@@ -287,7 +405,7 @@ def build_view(golden: Dict[str, Any], datas: List[Dict[str, Any]], r: int, rule
         for path, _ in _leaves(rec):
             leaves = [_at(d.get(key), path) for d in datas]
             if all(is_tensor_summary(x) for x in leaves):
-                value, how = _merge_value(leaves, r, _at(golden.get(key), path), rule, backward)
+                value, how = _merge_value(leaves, r, _at(golden.get(key), path), rule, backward, shards)
             else:       # a call the other ranks did not make alike: the rank's own value
                 value, how = leaves[r], "own"
             counts[how] = counts.get(how, 0) + 1

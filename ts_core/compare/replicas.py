@@ -83,11 +83,19 @@ def check_units(units: list, rtol: float = 0.0, where: str = "the dump") -> Dict
                 if not e.is_tensor or not _must_match(key, e.role, e.leaf):
                     continue
                 groups: Dict[Tuple, List[Tuple[str, Tuple]]] = {}
-                for u, entries in zip(us, per_rank):
-                    other = next((x for x in entries if x.arg == e.arg), None)
+                others = [next((x for x in entries if x.arg == e.arg), None) for entries in per_rank]
+                sub = None      # a DTensor on a sub-mesh (2-D job): replicas only within each sub-mesh group
+                if all(o is not None and o.is_tensor and DTENSOR in o.leaf for o in others):
+                    from .layouts import _submesh_groups
+
+                    found = _submesh_groups([o.leaf for o in others])
+                    sub = None if found is None else {i: gi for gi, grp in enumerate(found) for i in grp}
+                for idx, (u, other) in enumerate(zip(us, others)):
                     if other is None or not other.is_tensor:
                         continue
                     g = _replica_group(other.leaf, rank_number(u.rank))
+                    if g is not None and sub is not None:
+                        g = (sub[idx],) + g
                     if g is not None:
                         groups.setdefault(g, []).append((u.rank, _signature(other.leaf)))
                 for members in groups.values():
