@@ -9,7 +9,9 @@ A DTensor's summary is its local shard's, in msprobe's fields (``shape`` is the 
                           "nan": 0, "inf": 0}}
 
 Placements: ``Shard(d)``, ``StridedShard(d, sf=k)`` (FSDP2 over TP: a shard made of k interleaved
-chunks of dimension d), ``Replicate()``, ``Partial(op)``.
+chunks of dimension d), ``Replicate()``, ``Partial(op)`` (a pending reduction), ``MaskPartial(op)``
+(a vocabulary-parallel embedding's output: a pending sum whose local shards still hold the rows
+that the reduction masks out; neither its statistics nor its Mean merge).
 ``local`` holds statistics that merge exactly: counts and sums add, extremes combine. So the
 global value's Max/Min/Mean/Norm follow from the shards of one record across ranks
 (``merge_shards``), uneven shards included, without the tensors.
@@ -21,6 +23,11 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 DTENSOR = "dtensor"
 LOCAL_FIELDS = ("max", "min", "sum", "sum_sq", "nan", "inf")     # the order of a shard row
+
+
+def is_pending(placement: str) -> bool:
+    """A pending reduction (``Partial``/``MaskPartial``): the global value is not the shards'."""
+    return placement.startswith(("Partial", "MaskPartial"))
 
 
 def is_shard(placement: str) -> bool:
@@ -65,7 +72,7 @@ def merge_shards(summaries: Iterable[dict]) -> Optional[Dict[str, Any]]:
     DTensor record on every rank of its mesh; None when they do not determine it (a ``Partial``
     placement: the global value is a sum of the shards, whose extremes are not known)."""
     shards = _unique_shards(summaries)
-    if not shards or any(p.startswith("Partial") for s in shards for p in s[DTENSOR]["placements"]):
+    if not shards or any(is_pending(p) for s in shards for p in s[DTENSOR]["placements"]):
         return None
     block = shards[0][DTENSOR]
     expected = math.prod(n for n, p in zip(block["mesh_shape"], block["placements"]) if is_shard(p))

@@ -122,7 +122,10 @@ def _placement(p: Any) -> str:
     if p.is_replicate():
         return "Replicate()"
     if p.is_partial():
-        return f"Partial({getattr(p, 'reduce_op', 'sum')})"
+        # _MaskPartial (a vocabulary-parallel embedding's output): the local rows of tokens outside
+        # this rank's range are masked only when the pending sum is reduced: not a plain partial sum
+        kind = "MaskPartial" if "Mask" in type(p).__name__ else "Partial"
+        return f"{kind}({getattr(p, 'reduce_op', 'sum')})"
     return repr(p)
 
 
