@@ -154,3 +154,30 @@ def test_a_dump_without_a_call_against_a_full_one_is_not_the_same_program(tmp_pa
     r = compare(tmp_path / "g", tmp_path / "t", verbose=False)
     assert r.different_programs and r.verdict == "error"
     assert r.pairs[0].programs["matched_share"] == 0.0
+
+
+def test_a_warning_level_argument_on_one_side_only_is_no_difference(tmp_path):
+    """torch's nn.Softmax calls F.softmax(x, dim, _stacklevel=5), mindtorch's passes no
+    _stacklevel: the argument points a warning, it changes no value, so the pair passes. A
+    real argument difference on the same call is still reported."""
+    torch = pytest.importorskip("torch")
+    from ts_core import PrecisionDebugger
+
+    x = torch.from_numpy(X)
+
+    def dump(root, **kw):
+        dbg = PrecisionDebugger(dump_path=str(root), task="statistics", level="L1", step=[0])
+        dbg.start()
+        torch.nn.functional.softmax(x, -1, **kw)
+        dbg.stop()
+        dbg.close()
+        return str(root / "step0")
+
+    plain, stacklevel, other = dump(tmp_path / "g"), dump(tmp_path / "t", _stacklevel=5), \
+        dump(tmp_path / "o", dtype=torch.float64)
+    r = compare(plain, stacklevel, verbose=False)
+    assert r.verdict == "pass" and all(row.verdict == "pass" for row in r.rows), \
+        [(row.arg, row.reason) for row in r.rows if row.verdict != "pass"]
+    assert not any(row.arg.endswith("_stacklevel") for row in r.rows)
+    r = compare(plain, other, verbose=False)
+    assert any(row.arg.endswith("dtype") and row.verdict == "warning" for row in r.rows)

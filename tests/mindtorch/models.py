@@ -15,6 +15,9 @@ import torch.nn.functional as F
 
 VOCAB, SEQ = 97, 12
 MODELS = ("toy", "embed", "gpt2", "llama")
+# tests/mindspore/ports.py's torch models (the clean-pair corpus of issue 25), trained with F.mse_loss
+PORTS = ("mlp", "cnn", "transformer")
+PORT_OUT = {"mlp": (4, 4), "cnn": (2, 5), "transformer": (2, 5, 16)}
 
 
 class Net(nn.Module):
@@ -64,7 +67,16 @@ def tiny_llama():
     return LlamaForCausalLM(cfg)
 
 
-BUILD: Dict[str, Callable[[], nn.Module]] = {"toy": Net, "embed": Embed, "gpt2": tiny_gpt2, "llama": tiny_llama}
+def port(name: str) -> Callable[[], nn.Module]:
+    def build_port() -> nn.Module:
+        from tests.mindspore import ports
+
+        return ports.torch_model(name)
+    return build_port
+
+
+BUILD: Dict[str, Callable[[], nn.Module]] = {"toy": Net, "embed": Embed, "gpt2": tiny_gpt2, "llama": tiny_llama,
+                                             **{name: port(name) for name in PORTS}}
 
 
 def build(name: str) -> nn.Module:
@@ -94,6 +106,10 @@ def import_weights(model: nn.Module, path: str) -> None:
 def batch(name: str, step: int) -> Tuple[np.ndarray, np.ndarray]:
     """(inputs, targets) of `step` as numpy arrays."""
     rng = np.random.default_rng(100 + step)
+    if name in PORTS:
+        from tests.mindspore import ports
+
+        return ports.make_input(name, seed=step), rng.standard_normal(PORT_OUT[name]).astype(np.float32)
     if name == "toy":
         return rng.standard_normal((10, 8)).astype(np.float32), rng.standard_normal((10, 2)).astype(np.float32)
     if name == "embed":
@@ -105,6 +121,8 @@ def batch(name: str, step: int) -> Tuple[np.ndarray, np.ndarray]:
 
 def loss_of(name: str, model: nn.Module, x, y, save: Callable[[Any, str], None] = lambda value, name: None):
     """The training loss; `save(value, name)` sees the toy's output (debug-level ``save``)."""
+    if name in PORTS:
+        return F.mse_loss(model(x), y)
     if name in ("toy", "embed"):
         out = model(x)
         save(out, "out")
@@ -112,10 +130,10 @@ def loss_of(name: str, model: nn.Module, x, y, save: Callable[[Any, str], None] 
     return model(input_ids=x, labels=y).loss
 
 
-def write_weights(root: str) -> Dict[str, str]:
-    """Random weights of every model (torch's own init, seed 0) as .npz under `root`."""
+def write_weights(root: str, names: Tuple[str, ...] = MODELS) -> Dict[str, str]:
+    """Random weights of each model in `names` (torch's own init, seed 0) as .npz under `root`."""
     paths = {}
-    for name in MODELS:
+    for name in names:
         torch.manual_seed(0)
         paths[name] = os.path.join(root, f"weights_{name}.npz")
         export_weights(build(name), paths[name])

@@ -94,6 +94,12 @@ def run_job(framework: str, torch: Any, root: str, job: dict) -> dict:
     def loss_fn(x, y):
         return models.loss_of(job["model"], model, x, y, save)
 
+    def update() -> None:
+        with torch.no_grad():
+            for p in params:
+                p.sub_(LR * p.grad)
+
+    update_in_window = job.get("update_in_window", False)     # the SGD step between start and stop
     losses = []
     try:
         for step in range(job.get("steps", 1)):
@@ -105,15 +111,17 @@ def run_job(framework: str, torch: Any, root: str, job: dict) -> dict:
                 loss.backward()
             else:
                 loss = torch.autograd.value_and_grad(loss_fn, params)(x, y)
+            grads = {f"grad.{n}": p.grad.numpy().copy() for n, p in model.named_parameters()}
+            if update_in_window:
+                update()
             if dbg is not None:
                 dbg.stop()
                 dbg.step()
             losses.append(float(loss.detach().numpy()))
-            grads = {f"grad.{n}": p.grad.numpy().copy() for n, p in model.named_parameters()}
-            with torch.no_grad():
-                for p in params:
-                    p.sub_(LR * p.grad)
-                    p.grad = None
+            if not update_in_window:
+                update()
+            for p in params:
+                p.grad = None
     finally:
         if dbg is not None:
             dbg.close()

@@ -237,6 +237,12 @@ def _compare_data(g_name: str, t_name: str, row: Row, gd: Dump, td: Dump, tol, o
     return tensor_verdict(m)
 
 
+# Keyword arguments that change no value, only where a warning points: torch's nn.Softmax/
+# LogSoftmax/Softmin pass ``_stacklevel=5`` to the function, mindtorch's modules pass none.
+# Recorded on one side or with another value, they are no difference (issue 25).
+NO_VALUE_KWARGS = frozenset({"_stacklevel"})
+
+
 def compare_calls(cp: CallPair, order: int, step: Optional[int], rank: str, gd: Dump, td: Dump,
                   opts: Options, one_sided_params: bool = True) -> List[Row]:
     """Rows of one call pair. ``one_sided_params=False`` (cross-framework) skips a parameter
@@ -272,6 +278,8 @@ def compare_calls(cp: CallPair, order: int, step: Optional[int], rank: str, gd: 
     for role, arg, ge, te, note in pair_values(cp):
         if role == OUTPUT and ((ge is None and g.unplaced) or (te is None and t.unplaced)):
             continue            # msprobe recorded no gradient we can place for this input
+        if role != OUTPUT and arg.rsplit(".", 1)[-1] in NO_VALUE_KWARGS:
+            continue
         if not one_sided_params and (ge is None or te is None) and \
                 (role == PARAMETER or (role != OUTPUT and cp.kind == "api")):
             continue
