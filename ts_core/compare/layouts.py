@@ -177,25 +177,9 @@ def _at(value: Any, path: Tuple) -> Any:
     return value
 
 
-def detect(datas: List[Dict[str, Any]]) -> str:
-    """SAME when the first recorded tensor input (the batch as the model first sees it) has the
-    same shape and statistics on every rank, else SPLIT."""
-    for key, rec in datas[0].items():
-        if parse_key(key).direction != "forward":
-            continue
-        for path, leaf in _leaves(rec):
-            if not path or path[0] not in ("input_args", "input_kwargs", "input"):
-                continue
-            others = [_at(d.get(key), path) for d in datas]
-            sig = [None if o is None else (o.get("shape"),) + tuple(o.get(s) for s in _STATS) for o in others]
-            return SAME if all(s == sig[0] for s in sig) else SPLIT
-    return SAME
-
-
-def data_shards(datas: List[Dict[str, Any]]) -> int:
-    """How many distinct batch shards the ranks saw (the first recorded tensor input's distinct
-    versions): N under DDP/FSDP2, the data-parallel size on a 2-D mesh whose tensor-parallel
-    peers share their batch."""
+def _first_input_versions(datas: List[Dict[str, Any]]) -> int:
+    """How many distinct versions (shape and statistics) the first recorded tensor input (the
+    batch as the model first sees it) has across the ranks; 1 when there is none."""
     for key, rec in datas[0].items():
         if parse_key(key).direction != "forward":
             continue
@@ -206,6 +190,17 @@ def data_shards(datas: List[Dict[str, Any]]) -> int:
             return len({None if o is None else json.dumps([o.get("shape")] + [o.get(s) for s in _STATS])
                         for o in others})
     return 1
+
+
+def detect(datas: List[Dict[str, Any]]) -> str:
+    """SAME when the first recorded tensor input is the same on every rank, else SPLIT."""
+    return SAME if _first_input_versions(datas) == 1 else SPLIT
+
+
+def data_shards(datas: List[Dict[str, Any]]) -> int:
+    """How many distinct batch shards the ranks saw: N under DDP/FSDP2, the data-parallel size on
+    a 2-D mesh whose tensor-parallel peers share their batch."""
+    return _first_input_versions(datas)
 
 
 # ---------------------------------------------------------------- merging
