@@ -249,7 +249,6 @@ def submodules(model: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
     replaced by ``torch.compile(sub)`` is hooked as the compiled wrapper (whose hooks run
     outside dynamo, so it is recorded even under ``fullgraph=True``) under the path and class of
     the module it wraps; the ``_orig_mod`` level disappears from every path."""
-    compiled = _compiled_class()
     for path, m in unwrap(model).named_modules():
         if not path:
             continue
