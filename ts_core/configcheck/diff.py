@@ -194,7 +194,7 @@ def diff(golden: Dict[str, Any], target: Dict[str, Any],
                 x.level = INFO
                 x.note = "a result of training (a later step's weights), not an input; " + x.note
             verdicts[section] = RESULT
-            notes.append(f"weights: a result of the earlier steps, not an input"
+            notes.append("weights: a result of the earlier steps, not an input"
                          + (f" ({len(found)} of {len(g)} differ)" if found else f" (all {len(g)} identical)"))
             f += found
             continue
