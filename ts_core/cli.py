@@ -30,7 +30,17 @@ def _add_compare(sub) -> None:
     p.add_argument("--atol", type=float, help="absolute tolerance (default: by dtype, float32 1e-5)")
     p.add_argument("--stats-only", action="store_true", help="compare recorded statistics, ignore tensor files")
     p.add_argument("--nan-differs", action="store_true", help="NaN at the same place on both sides fails")
-    p.add_argument("--workers", type=int, help="processes for several step/rank pairs (default: CPU count)")
+    p.add_argument("--workers", type=int, help="processes for several step/rank pairs (default: CPU count; with "
+                                               "--executor dask and no scheduler: the LocalCluster's workers)")
+    p.add_argument("--executor", choices=("local", "dask"), default="local",
+                   help="where the units (step, rank, chunk) run: local processes (default) or a Dask cluster "
+                        "(pip install 'tsprobe[dask]'; a LocalCluster unless --scheduler/--scheduler-file)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler, e.g. tcp://HOST:8786")
+    p.add_argument("--scheduler-file", metavar="FILE", help="a running Dask cluster's scheduler file")
+    p.add_argument("--chunks", type=int, default=1, metavar="N",
+                   help="units per step/rank pair: its tensor reads split N ways (few ranks, large dumps)")
+    p.add_argument("--stats-first", action="store_true",
+                   help="read tensor files only where the recorded statistics or checksums differ")
     p.add_argument("--no-html", action="store_true", help="skip report.html")
     p.add_argument("--json", action="store_true", help="print summary.json content instead of the table")
     p.add_argument("--fail-on-divergence", action="store_true", help="exit with status 1 when a divergence is found")
@@ -55,9 +65,24 @@ def _run_compare(args: argparse.Namespace) -> int:
             return 2
         setattr(args, side, given if given is not None else by_flag)
 
+    if (args.scheduler or args.scheduler_file) and args.executor != "dask":
+        print("tsprobe compare: error: --scheduler/--scheduler-file name a Dask cluster: add --executor dask",
+              file=sys.stderr)
+        return 2
+    if args.chunks < 1:
+        print(f"tsprobe compare: error: --chunks must be >= 1, got {args.chunks}", file=sys.stderr)
+        return 2
+    if args.executor == "dask":
+        import importlib.util
+        if importlib.util.find_spec("distributed") is None:
+            print("tsprobe compare: error: --executor dask needs Dask distributed: pip install 'tsprobe[dask]'",
+                  file=sys.stderr)
+            return 2
     result = compare(args.golden, args.target, args.output, rtol=args.rtol, atol=args.atol,
                      stats_only=args.stats_only, equal_nan=not args.nan_differs, workers=args.workers,
-                     html=not args.no_html, verbose=not args.json, rank_map=args.rank_map)
+                     html=not args.no_html, verbose=not args.json, rank_map=args.rank_map,
+                     stats_first=args.stats_first, executor=args.executor, scheduler=args.scheduler,
+                     scheduler_file=args.scheduler_file, chunks=args.chunks)
     if args.json:
         print(json.dumps(result.summary(), indent=2))
     if result.different_programs:          # nothing meaningful was compared: never a success

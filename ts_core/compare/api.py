@@ -2,23 +2,22 @@
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..dumpfmt import DumpUnit, rank_number, write_json_atomic
+from ..dumpfmt import write_json_atomic
 from . import layouts
-from .engine import Options, compare_pair
+from .engine import Options
 from .errors import DumpFormatError
 from .html import write_html
 from .loader import Dump, find_dumps, pair_units
 from .matching import default_normalise
-from .ranks import rank_summary, timeline
+from .executor import run_pairs
+from .ranks import rank_summary
 from .report import terminal_text, write_csv, write_summary
-from .result import CompareResult, PairResult
+from .result import CompareResult
 from .verdict import DEFAULT_TOLERANCES
 
 
@@ -30,7 +29,9 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
             equal_nan: bool = True, workers: Optional[int] = None, html: bool = True,
             verbose: bool = True, progress: Optional[bool] = None,
             normalise: Callable[[str], str] = default_normalise, crossframework: Optional[bool] = None,
-            mapping: Optional[os.PathLike | str] = None, rank_map: Optional[str] = None) -> CompareResult:
+            mapping: Optional[os.PathLike | str] = None, rank_map: Optional[str] = None,
+            stats_first: bool = False, executor: str = "local", scheduler: Optional[str] = None,
+            scheduler_file: Optional[str] = None, chunks: int = 1) -> CompareResult:
     """Compare two dumps and name the first call that diverged.
 
     ``golden``/``target``: a dump root (``step*/rank*``), a step folder, a rank folder or a
@@ -44,9 +45,14 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
     A 1-rank golden against an N-rank target (a single-device run against its DDP, FSDP2 or TP
     twin) is compared through rank layouts (layouts.py); ``rank_map`` (``same``, ``split`` or
     target ranks ``0,1``) overrides the layout decided from the data.
+    ``stats_first``: read tensor files only where the recorded summaries differ (statsfirst.py).
+    ``executor``: where the units (step, rank, chunk) run: ``local`` (``workers`` processes) or
+    ``dask`` (a LocalCluster of ``workers``, or the cluster at ``scheduler``/``scheduler_file``);
+    ``chunks``: units per step/rank pair. The outputs do not depend on either (executor.py).
     """
     opts = Options(rtol=rtol, atol=atol, stats_only=stats_only, equal_nan=equal_nan, normalise=normalise,
-                   crossframework=crossframework, mapping=str(mapping) if mapping is not None else None)
+                   crossframework=crossframework, mapping=str(mapping) if mapping is not None else None,
+                   stats_first=stats_first)
     g_units, t_units = find_dumps(golden), find_dumps(target)
     pairs, lone_g, lone_t = pair_units(g_units, t_units)
     views = layout = None
@@ -63,15 +69,8 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
             Dump(unit)
         raise DumpFormatError(f"nothing to compare: no step/rank of {golden} ({_labels(lone_g)}) matches one "
                               f"of {target} ({_labels(lone_t)})")
-    n_workers = min(len(pairs), workers or os.cpu_count() or 1)
-    if n_workers > 1 and not _picklable(opts):  # e.g. a lambda as normaliser: stay in this process
-        n_workers = 1
-    if n_workers > 1:
-        with ProcessPoolExecutor(max_workers=n_workers) as pool:
-            futures = [pool.submit(_compare_unit, g, t, opts, False) for g, t in pairs]
-            results = [f.result() for f in futures]
-    else:
-        results = [_compare_unit(g, t, opts, progress) for g, t in pairs]
+    results = run_pairs(pairs, opts, executor=executor, workers=workers, chunks=chunks, progress=progress,
+                        scheduler=scheduler, scheduler_file=scheduler_file)
     tolerances = {k: v.to_dict() for k, v in DEFAULT_TOLERANCES.items()}
     overrides = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
     if overrides:
@@ -104,25 +103,8 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
     return result
 
 
-def _compare_unit(golden: DumpUnit, target: DumpUnit, opts: Options, progress: Optional[bool]) -> PairResult:
-    """One step/rank pair; a numbered rank (a distributed run) also keeps its timeline, so the
-    many-rank summary can be made later from saved results (``tsprobe merge``)."""
-    pair = compare_pair(golden, target, opts, progress)
-    if rank_number(golden.rank) is not None or rank_number(target.rank) is not None:
-        pair.timeline = timeline(pair)
-    return pair
-
-
 def _labels(units) -> str:
     return ", ".join(u.label for u in units)
-
-
-def _picklable(obj) -> bool:
-    try:
-        pickle.dumps(obj)
-        return True
-    except Exception:
-        return False
 
 
 def write_outputs(result: CompareResult, out: Path, html: bool = True) -> None:

@@ -7,6 +7,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from ..dumpfmt import checksum_kind
 from .crossframework import is_cross, prepare
+from .chunks import gated
 from .dataflow import Facts
 from .divergence import find_first_divergence
 from .errors import TensorFileError
@@ -17,6 +18,7 @@ from .metrics import STAT_NAMES, compare_arrays, compare_stats, has_stats
 from .pairs import CallPair, in_time_order, members, pair_values
 from .refine import Side, forward_partners, refine
 from .result import PairResult, Row, count_rows
+from .statsfirst import unchanged
 from .verdict import ERROR, PASS, WARNING, dtype_family, pick_tolerance, stats_verdict, tensor_verdict, values_equal, worse
 
 
@@ -31,18 +33,19 @@ class Options:
     normalise: Callable[[str], str] = default_normalise
     crossframework: Optional[bool] = None     # None: when the dumps' frameworks are torch and MindSpore
     mapping: Optional[str] = None             # cross-framework mapping file (default: torch_mapping.yaml)
+    stats_first: bool = False                 # read tensors only where the summaries differ (statsfirst.py)
 
 
 class Progress:
     """A one-line progress bar on stderr, only for large dumps on a terminal."""
 
-    def __init__(self, total: int, label: str, enabled: Optional[bool] = None):
-        self.total, self.label, self.done = max(total, 1), label, 0
+    def __init__(self, total: int, label: str, enabled: Optional[bool] = None, every: int = 50):
+        self.total, self.label, self.done, self.every = max(total, 1), label, 0, every
         self.enabled = (sys.stderr.isatty() and total >= 500) if enabled is None else enabled
 
     def advance(self, n: int = 1) -> None:
         self.done += n
-        if self.enabled and (self.done % 50 == 0 or self.done >= self.total):
+        if self.enabled and (self.done % self.every == 0 or self.done >= self.total):
             frac = min(self.done / self.total, 1.0)
             bar = "#" * int(30 * frac)
             sys.stderr.write(f"\r{self.label} [{bar:<30}] {self.done}/{self.total}")
@@ -160,9 +163,13 @@ def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Opti
             and checksum_kind(gl["md5"]) == checksum_kind(tl["md5"]):
         row.md5_equal = str(gl["md5"]) == str(tl["md5"])
 
-    if not opts.stats_only and gl.get("data_name") and tl.get("data_name"):
+    unread = unchanged(gl, tl) if opts.stats_first and not layout else ""
+    if unread:
+        notes.append(unread)
+    if not opts.stats_only and not unread and gl.get("data_name") and tl.get("data_name"):
         try:
-            verdict, reason = _compare_data(gl["data_name"], tl["data_name"], row, gd, td, tol, opts, layout)
+            verdict, reason = gated(lambda r: _compare_data(gl["data_name"], tl["data_name"], r, gd, td, tol, opts,
+                                                            layout), row)
             if verdict == PASS or not layout or stats is None or stats_verdict(stats, tol.stat_rtol, tol.atol, _numel(gs), exact)[0] != PASS:
                 row.mode, row.verdict, row.reason = "tensor", verdict, "; ".join([reason] + notes)
                 return row
@@ -170,7 +177,7 @@ def _compare_tensor(gl: dict, tl: dict, row: Row, gd: Dump, td: Dump, opts: Opti
                          "agree")
         except TensorFileError as e:
             notes.append(f"{e}; compared statistics instead")
-    elif not opts.stats_only and (gl.get("data_name") or tl.get("data_name")):
+    elif not opts.stats_only and not unread and (gl.get("data_name") or tl.get("data_name")):
         side = "target" if gl.get("data_name") else "golden"
         notes.append(f"{side} has no tensor data; compared statistics")
 

@@ -94,7 +94,15 @@ class Dump:
 
     def load_tensor(self, data_name: str) -> np.ndarray:
         array = load_tensor_file(self.tensor_path(data_name))
+        _BYTES_READ[0] += array.nbytes
         return array.T if data_name in self.transposed else array    # msprobe's weight^T gradient
+
+
+_BYTES_READ = [0]      # tensor bytes this process loaded (the statistics-first saving, executor.py)
+
+
+def tensor_bytes_read() -> int:
+    return _BYTES_READ[0]
 
 
 def load_tensor_file(path: Path) -> np.ndarray:
