@@ -9,6 +9,7 @@ retried ``RETRIES`` times. Needs ``pip install 'tsprobe[dask]'``; nothing else i
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 import uuid
@@ -43,9 +44,9 @@ class DaskBackend:
             self.client = distributed.Client(self.cluster)
         self._as_completed = distributed.as_completed
         self._run = uuid.uuid4().hex[:8]
-        link = self.client.dashboard_link if "dashboard" in self.client.scheduler_info().get("services", {}) else ""
-        if link:
-            print(f"tsprobe compare: Dask dashboard {link}", file=sys.stderr)
+        if importlib.util.find_spec("bokeh") is not None and "dashboard" in self.client.scheduler_info().get(
+                "services", {}):    # without bokeh Dask serves only a page that asks for it
+            print(f"tsprobe compare: Dask dashboard {self.client.dashboard_link}", file=sys.stderr)
 
     def submit(self, fn: Callable, *args):
         unit = args[0]
