@@ -76,12 +76,14 @@ def cli_cluster(tmp_path_factory):
             p.wait(timeout=60)
 
 
-def test_local_cluster_gives_the_local_outputs_byte_for_byte(dumps, tmp_path):
+def test_local_cluster_gives_the_local_outputs_byte_for_byte(dumps, tmp_path, capsys):
     golden, target = dumps
     out = tmp_path / "out"
     want = _local(golden, target, out, stats_first=True)
-    result = compare(golden, target, out, executor="dask", workers=2, verbose=False, stats_first=True)
+    result = compare(golden, target, out, executor="dask", workers=2, verbose=False, stats_first=True,
+                     progress=True)
     assert _outputs(out) == want
+    assert f"compare (dask) [{'#' * 30}] {RANKS * STEPS}/{RANKS * STEPS}" in capsys.readouterr().err
     assert len(result.pairs) == RANKS * STEPS
     fd = result.ranks["steps"][1]
     assert fd["diverged_first"] == [f"rank{RANKS // 2}"]        # the perturbed rank, found on the cluster
@@ -100,18 +102,18 @@ def test_scheduler_file_cluster_from_the_dask_commands(dumps, cli_cluster, tmp_p
 
 
 def test_a_worker_lost_mid_compare_still_gives_the_full_result(dumps, cli_cluster, tmp_path):
-    """Chunked units (3 per pair + a finish unit); chunk 1 of step1/rank7 kills its worker
-    process the first time: the nanny restarts it, the scheduler runs the unit again."""
-    golden, target = dumps
+    """Step 1 in chunked units (2 per pair + a finish unit); chunk 1 of step1/rank7 kills its
+    worker process the first time: the nanny restarts it, the scheduler runs the unit again."""
+    golden, target = (f"{d}/step1" for d in dumps)
     sched_file, marker = cli_cluster
     out = tmp_path / "out"
     want = _local(golden, target, out)
     with open(sched_file) as f:
         address = json.load(f)["address"]
-    result = compare(golden, target, out, executor="dask", scheduler=address, chunks=3, verbose=False)
+    result = compare(golden, target, out, executor="dask", scheduler=address, chunks=2, verbose=False)
     assert marker.exists()              # the worker did die in the middle of the compare
     assert _outputs(out) == want        # and every unit's result is there, as in one process
-    assert len(result.pairs) == RANKS * STEPS and all(p.rows for p in result.pairs)
+    assert len(result.pairs) == RANKS and all(p.rows for p in result.pairs)
 
 
 def test_a_corrupt_rank_is_reported_and_the_rest_completes(tmp_path, cli_cluster):
@@ -135,7 +137,7 @@ def test_statistics_first_reads_only_the_tensors_whose_checksums_differ(dumps):
     """Bytes read, counted by the loader, against the bytes of the tensor files whose recorded
     crc32 differs between the dumps (read off dump.json and the .npy files here); the verdicts
     and first divergences are those of the full read."""
-    golden, target = dumps
+    golden, target = (f"{d}/step1" for d in dumps)
     pairs, _, _ = pair_units(find_dumps(golden), find_dumps(target))
     full, first = [], []
     want_rows = run_pairs(pairs, Options(), workers=1, outcomes=full)
@@ -164,3 +166,10 @@ def test_a_plain_compare_needs_no_dask(dumps, tmp_path):
             f"compare({golden + '/step0'!r}, {target + '/step0'!r}, {str(tmp_path / 'o')!r}, verbose=False); "
             "assert not {'dask', 'distributed'} & set(sys.modules), sorted(m for m in sys.modules if 'dask' in m)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def test_cluster_flags_without_the_dask_executor_are_refused(dumps, capsys):
+    golden, target = dumps
+    assert main(["compare", golden, target, "--scheduler", "tcp://127.0.0.1:1"]) == 2
+    assert "add --executor dask" in capsys.readouterr().err
+    assert main(["compare", golden, target, "--executor", "dask", "--chunks", "0"]) == 2
