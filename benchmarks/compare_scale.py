@@ -33,12 +33,11 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from tests.compare.rank_dumps import write_dumps  # noqa: E402
-from ts_core.compare.api import write_outputs  # noqa: E402
-from ts_core.compare.engine import Options  # noqa: E402
+from ts_core.compare import CompareResult, write_outputs  # noqa: E402
+from ts_core.compare.pipeline import Options  # noqa: E402
 from ts_core.compare.executor import Outcome, run_pairs  # noqa: E402
-from ts_core.compare.loader import find_dumps, pair_units  # noqa: E402
-from ts_core.compare.ranks import rank_summary  # noqa: E402
-from ts_core.compare.result import CompareResult  # noqa: E402
+from ts_core.compare.load.loader import find_dumps, pair_units  # noqa: E402
+from ts_core.compare.explain.ranks import rank_summary  # noqa: E402
 
 
 def dump_bytes(root: str) -> int:

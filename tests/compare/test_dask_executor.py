@@ -20,10 +20,10 @@ import pytest
 
 from ts_core.cli import main
 from ts_core.compare import compare
-from ts_core.compare.engine import Options
+from ts_core.compare.pipeline import Options
 from ts_core.compare.executor import KILL_ONCE_ENV, run_pairs
-from ts_core.compare.loader import find_dumps, pair_units
-from ts_core.compare.verdict import ERROR
+from ts_core.compare.load.loader import find_dumps, pair_units
+from ts_core.compare.judge.verdict import ERROR
 
 from tests.compare.rank_dumps import write_dumps
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ts_core.compare.statsfirst import unchanged
+from ts_core.compare.judge.statsfirst import unchanged
 from ts_core.dumpfmt.checksum import xor64_of_bytes
 from ts_core.dumpfmt.refstats import crc32_hex, reference_stats
 

@@ -8,17 +8,17 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..dumpfmt import write_json_atomic
-from . import layouts
-from .engine import Options
+from .align import layouts
+from .pipeline import Options
 from .errors import DumpFormatError
-from .html import write_html
-from .loader import Dump, find_dumps, pair_units
-from .matching import default_normalise
+from .report.html import write_html
+from .load.loader import Dump, find_dumps, pair_units
+from .align.matching import default_normalise
 from .executor import run_pairs
-from .ranks import rank_summary
-from .report import terminal_text, write_csv, write_summary
-from .result import CompareResult
-from .verdict import DEFAULT_TOLERANCES
+from .explain.ranks import rank_summary
+from .report.files import terminal_text, write_csv, write_summary
+from .model import CompareResult
+from .judge.verdict import DEFAULT_TOLERANCES
 
 
 RANKS_JSON = "ranks.json"
@@ -45,7 +45,7 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
     A 1-rank golden against an N-rank target (a single-device run against its DDP, FSDP2 or TP
     twin) is compared through rank layouts (layouts.py); ``rank_map`` (``same``, ``split`` or
     target ranks ``0,1``) overrides the layout decided from the data.
-    ``stats_first``: read tensor files only where the recorded summaries differ (statsfirst.py).
+    ``stats_first``: read tensor files only where the recorded summaries differ (judge/statsfirst.py).
     ``executor``: where the units (step, rank, chunk) run: ``local`` (``workers`` processes) or
     ``dask`` (a LocalCluster of ``workers``, or the cluster at ``scheduler``/``scheduler_file``);
     ``chunks``: units per step/rank pair. The outputs do not depend on either (executor.py).

@@ -26,12 +26,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..dumpfmt import DumpUnit, rank_number
 from .chunks import Gate, merge_saved, run_gated
-from .engine import Options, Progress, compare_pair
+from .pipeline import Options, Progress, compare_pair
 from .errors import DumpFormatError
-from .loader import tensor_bytes_read
-from .ranks import timeline
-from .result import PairResult, Row, count_rows
-from .verdict import ERROR
+from .load.loader import tensor_bytes_read
+from .explain.ranks import timeline
+from .model import PairResult, Row, count_rows
+from .judge.verdict import ERROR
 
 EXECUTORS = ("local", "dask")
 # test-only: "LABEL@MARKER" makes the first run of unit LABEL kill its own worker process

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ..dumpfmt import checksum_kind
+from ...dumpfmt import checksum_kind
 from .metrics import STAT_NAMES
 
 NOT_READ = "statistics first: {why}, tensor files not read"
