@@ -49,7 +49,8 @@ class Layout:
     pairs: List[Tuple[DumpUnit, DumpUnit]]
     text: List[str] = field(default_factory=list)
     counts: Dict[str, int] = field(default_factory=dict)
-    view_side: int = 1          # which member of each pair is the view (0: golden, 1: target)
+    view_side: int = 1          # which member of each pair is the view (0: golden, 1: target, 2: both)
+    labels: List[str] = field(default_factory=list)     # each pair's rank label, when both are views
 
 
 def applies_either_way(golden: List[DumpUnit], target: List[DumpUnit]) -> bool:
@@ -104,10 +105,11 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
         rules.add(rule)
         shards = data_shards(datas) if rule == SPLIT and not forced else len(datas)
         n_shards.add(shards)
+        partitions = job_partitions(datas)
         for r, (u, doc) in enumerate(zip(units, t_docs)):
             if only is not None and rank_number(u.rank) not in only:
                 continue
-            view, c = build_view(g_data, datas, r, rule, shards)
+            view, c = build_view(g_data, datas, r, rule, shards, partitions)
             for k, v in c.items():
                 counts[k] = counts.get(k, 0) + v
             out = work_dir / (u.json_path.parent.parent.name if u.step is not None else "step") / u.rank
@@ -238,55 +240,91 @@ def _same(a: dict, b: dict) -> bool:
     return a.get("shape") == b.get("shape") and all(a.get(k) == b.get(k) for k in _STATS)
 
 
-def _grid_tiles(leaves: List[dict], golden: list) -> Optional[Tuple[List[dict], int, int]]:
-    """A 2-D mesh (ranks ``g*k .. g*k+k-1`` one inner group, e.g. the tensor-parallel peers of one
-    data-parallel group): each inner group's values are one replica or tiles along one dimension,
-    and the groups' results tile the golden shape. Returns the distinct tiles (each counted once),
-    the inner and the outer dimension (-1: replicated within the group)."""
+def _grid_tiles(leaves: List[dict], golden: list, partitions: Optional[List[List[List[int]]]] = None
+                ) -> Optional[Tuple[List[dict], int, int]]:
+    """A 2-D mesh: each inner group (the recorded sub-meshes' ranks in `partitions`, e.g. the
+    tensor-parallel peers of one data-parallel group, contiguous or not; else contiguous blocks
+    ``g*k .. g*k+k-1``) holds one replica or tiles along one dimension, and the groups' results
+    tile the golden shape. Returns the distinct tiles (each counted once), the inner and the
+    outer dimension (-1: replicated within the group)."""
     n = len(leaves)
-    for k in range(2, n):
-        if n % k:
-            continue
-        tiles, inner, shapes = [], None, []
-        for g in range(n // k):
-            group = leaves[g * k:(g + 1) * k]
-            if all(_same(s, group[0]) for s in group):
-                d, shape = -1, group[0].get("shape")
-            else:
-                gs = [s.get("shape") for s in group]
-                if any(not isinstance(x, list) or len(x) != len(golden) for x in gs):
-                    break
-                d = next((i for i in range(len(golden)) if all(x[:i] + x[i + 1:] == gs[0][:i] + gs[0][i + 1:]
-                                                                for x in gs)), None)
-                if d is None:
-                    break
-                shape = gs[0][:d] + [sum(x[d] for x in gs)] + gs[0][d + 1:]
-            if inner not in (None, d):
-                break
-            inner = d
-            shapes.append(shape)
-            tiles.extend(group[:1] if d == -1 else group)
-        else:
+    blocks = [[list(range(g * k, (g + 1) * k)) for g in range(n // k)] for k in range(2, n) if not n % k]
+    for partition in list(partitions or []) + blocks:
+        groups = [[leaves[i] for i in members] for members in partition]
+        replicas = [all(_same(s, g[0]) for s in g) for g in groups]
+        if all(replicas):
+            shapes = [g[0].get("shape") for g in groups]
             outer = _tile_dim(shapes, golden)
             if outer is not None:
-                return tiles, inner, outer
+                return [g[0] for g in groups], -1, outer
+            continue
+        if any(replicas):
+            continue
+        for inner in range(len(golden)):        # the dimension each group's members tile
+            shapes = [_concat_shape([s.get("shape") for s in g], inner, len(golden)) for g in groups]
+            if any(sh is None for sh in shapes):
+                continue
+            outer = _tile_dim(shapes, golden)
+            if outer is not None:
+                return [s for g in groups for s in g], inner, outer
     return None
+
+
+def _concat_shape(shapes: List[Any], d: int, ndim: int) -> Optional[list]:
+    """The shape of `shapes` concatenated along `d`, None when they do not concatenate."""
+    if any(not isinstance(x, list) or len(x) != ndim for x in shapes):
+        return None
+    if any(x[:d] + x[d + 1:] != shapes[0][:d] + shapes[0][d + 1:] for x in shapes):
+        return None
+    return shapes[0][:d] + [sum(x[d] for x in shapes)] + shapes[0][d + 1:]
 
 
 def _submesh_groups(leaves: List[dict]) -> Optional[List[List[int]]]:
     """The rank groups of a DTensor whose mesh is smaller than the job (contiguous blocks: the inner
     dimension of a 2-D mesh; or strided: its outer one), found from the coordinates: each group
-    holds every coordinate of the mesh once. None when the mesh spans every rank."""
+    holds every coordinate of the mesh once; exactly from ``mesh_ranks`` where the dump recorded
+    it). None when the mesh spans every rank."""
     n = len(leaves)
     blocks = [s[DTENSOR] for s in leaves]
     m = math.prod(blocks[0].get("mesh_shape") or [n])
     if m >= n or n % m or any(math.prod(b.get("mesh_shape") or [n]) != m for b in blocks):
         return None
+    recorded = mesh_groups(blocks, n)
+    if recorded is not None:
+        return recorded
     for groups in ([list(range(g * m, (g + 1) * m)) for g in range(n // m)],
                    [list(range(j, n, n // m)) for j in range(n // m)]):
         if all(len({tuple(blocks[i].get("coordinate") or ()) for i in g}) == m for g in groups):
             return groups
     return None
+
+
+def mesh_groups(blocks: List[dict], n: int) -> Optional[List[List[int]]]:
+    """The sub-mesh groups as the dump recorded them (each rank's ``mesh_ranks``), each in
+    coordinate order, when they partition ranks 0..n-1; else None."""
+    groups = {tuple(b["mesh_ranks"]) for b in blocks if isinstance(b.get("mesh_ranks"), list)}
+    if len(groups) < 2 or sorted(r for g in groups for r in g) != list(range(n)):
+        return None
+    return [list(g) for g in sorted(groups)]
+
+
+def job_partitions(datas: List[Dict[str, Any]]) -> List[List[List[int]]]:
+    """The rank groups of the job's recorded sub-meshes (e.g. its tensor-parallel groups): the
+    candidates for a plain value's 2-D tiling, read from the DTensor blocks of every rank."""
+    n = len(datas)
+    found: Dict[Tuple, set] = {}
+    for data in datas:
+        for rec in data.values():
+            for _, leaf in _leaves(rec):
+                block = leaf.get(DTENSOR)
+                ranks = block.get("mesh_ranks") if block else None
+                if isinstance(ranks, list) and 1 < len(ranks) < n:
+                    found.setdefault((tuple(block.get("mesh_dim_names") or ()), len(ranks)), set()).add(tuple(ranks))
+    out = []
+    for groups in found.values():
+        if sorted(r for g in groups for r in g) == list(range(n)):
+            out.append([list(g) for g in sorted(groups)])
+    return out
 
 
 def _merge_means(parts: List[dict], own: dict, golden: Optional[dict], rule: str, backward: bool,
@@ -314,8 +352,10 @@ def _merge_means(parts: List[dict], own: dict, golden: Optional[dict], rule: str
 
 
 def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, backward: bool,
-                 shards: Optional[int] = None) -> Tuple[dict, str]:
-    """The value of rank `r` as the view shows it, and how it was made."""
+                 shards: Optional[int] = None, partitions: Optional[List[List[List[int]]]] = None
+                 ) -> Tuple[dict, str]:
+    """The value of rank `r` as the view shows it, and how it was made (`partitions`: the job's
+    recorded sub-mesh groups, for plain values tiled over a 2-D mesh)."""
     own = leaves[r]
     n = len(leaves)
     if DTENSOR in own:
@@ -330,7 +370,7 @@ def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, 
                     per_rank[i] = _merge_value(members, j, None, SAME, False)[0]
             if any(s.get("Max") is None for s in per_rank):      # Partial: Means, tiled across the groups
                 return _merge_means([per_rank[g[0]] for g in groups], per_rank[r], golden, rule, backward, shards)
-            value, how = _merge_value(per_rank, r, golden, rule, backward, shards)
+            value, how = _merge_value(per_rank, r, golden, rule, backward, shards, [groups] + list(partitions or []))
             return value, "DTensor merged (sub-mesh)" + ("" if how == "own" else " + " + how)
         merged = merge_shards(leaves)
         block = own[DTENSOR]
@@ -372,7 +412,7 @@ def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, 
     d = _tile_dim(shapes, g_shape)
     how = f"tiles merged (dim {d})"
     if d is None:
-        grid = _grid_tiles(leaves, g_shape)
+        grid = _grid_tiles(leaves, g_shape, partitions)
         if grid is None:
             return own, "own"
         leaves, inner, outer = grid
@@ -389,7 +429,8 @@ def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, 
 
 
 def build_view(golden: Dict[str, Any], datas: List[Dict[str, Any]], r: int, rule: str,
-               shards: Optional[int] = None) -> Tuple[Dict[str, Any], Dict[str, int]]:
+               shards: Optional[int] = None, partitions: Optional[List[List[List[int]]]] = None
+               ) -> Tuple[Dict[str, Any], Dict[str, int]]:
     """Rank `r`'s records with every tensor value as comparable with the single run's (split
     batch: `shards` batch shards, default one per rank, scale the backward tiles)."""
     counts: Dict[str, int] = {}
@@ -400,7 +441,7 @@ def build_view(golden: Dict[str, Any], datas: List[Dict[str, Any]], r: int, rule
         for path, _ in _leaves(rec):
             leaves = [_at(d.get(key), path) for d in datas]
             if all(is_tensor_summary(x) for x in leaves):
-                value, how = _merge_value(leaves, r, _at(golden.get(key), path), rule, backward, shards)
+                value, how = _merge_value(leaves, r, _at(golden.get(key), path), rule, backward, shards, partitions)
             else:       # a call the other ranks did not make alike: the rank's own value
                 value, how = leaves[r], "own"
             counts[how] = counts.get(how, 0) + 1

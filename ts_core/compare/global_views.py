@@ -1,0 +1,278 @@
+"""Compare an N-rank run with an M-rank run of another parallel layout (DDP on 2 ranks against
+TP on 2, FSDP2 against TP, DDP on 2 against DDP on 4 or a 2-D mesh on 4).
+
+Both dumps are reduced to the *global* view, the values a single device would have computed
+(layouts.py's rank views: DTensors merged from their placements, batch or column tiles merged,
+split-batch gradients scaled to the whole batch), and the views are compared with each other.
+Which global shape a plain value stands for is not recorded on either side: each side lists
+the shapes its ranks' values can make (the rank's own, a concatenation along one dimension,
+a grid over the recorded sub-meshes), and the first one of the golden side's list that the
+target side can make too is used for both. A value whose sides agree on no shape stays each
+rank's own (compare then reports a shape difference, never a silent pass).
+
+Every rank of each side is compared at least once (pairs ``k % N`` with ``k % M``); a
+divergence on a value that is a rank's own is laid at the rank whose copy parts from the
+other ranks of its side.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..dumpfmt import DTENSOR, DumpUnit, is_tensor_summary, parse_key, rank_number
+from . import layouts
+from .errors import DumpFormatError
+from .layouts import SAME, SPLIT, Layout
+
+GLOBAL = "global"
+
+
+def _by_step(units: List[DumpUnit]) -> Dict[Optional[int], List[DumpUnit]]:
+    out: Dict[Optional[int], List[DumpUnit]] = {}
+    for u in units:
+        out.setdefault(u.step, []).append(u)
+    for us in out.values():
+        us.sort(key=lambda u: rank_number(u.rank) if rank_number(u.rank) is not None else -1)
+    return out
+
+
+def applies(golden: List[DumpUnit], target: List[DumpUnit]) -> bool:
+    """Several numbered ranks on both sides in every step they share."""
+    g, t = _by_step(golden), _by_step(target)
+    common = set(g) & set(t)
+    return bool(common) and all(len(g[s]) > 1 and len(t[s]) > 1 and all(
+        rank_number(u.rank) is not None for u in g[s] + t[s]) for s in common)
+
+
+_PLACED = re.compile(r'"placements":\s*(\[[^\]]*\]),\s*"mesh_shape":\s*(\[[^\]]*\])')
+_SHAPE = re.compile(r'"shape":\s*(\[[^\]]*\])')
+
+
+def _signature(unit: DumpUnit) -> Tuple:
+    """What tells two parallel layouts apart, read from rank 0's raw text without parsing it:
+    the DTensor placements and meshes, and the first recorded shape (the batch as a rank sees it)."""
+    try:
+        text = unit.json_path.read_text()
+    except OSError as e:
+        raise DumpFormatError(f"{unit.json_path}: cannot be read ({e})") from None
+    first = _SHAPE.search(text)
+    return (first.group(1).replace(" ", "") if first else None,
+            frozenset((p.replace(" ", ""), m.replace(" ", "")) for p, m in _PLACED.findall(text)))
+
+
+def differ(golden: List[DumpUnit], target: List[DumpUnit]) -> bool:
+    """Do the two many-rank runs use different layouts (rank counts, placements, per-rank batch)?
+    Runs of one layout are compared rank by rank as before."""
+    g, t = _by_step(golden), _by_step(target)
+    common = sorted(set(g) & set(t), key=lambda s: (s is None, s or 0))
+    if any(len(g[s]) != len(t[s]) for s in common):
+        return True
+    return bool(common) and _signature(g[common[0]][0]) != _signature(t[common[0]][0])
+
+
+# ---------------------------------------------------------------- the global shape of a value
+
+def _concats(shapes: List[Any]) -> List[list]:
+    ndim = len(shapes[0]) if isinstance(shapes[0], list) else -1
+    out = []
+    for d in range(max(ndim, 0)):
+        s = layouts._concat_shape(shapes, d, ndim)
+        if s is not None and s not in out:
+            out.append(s)
+    return out
+
+
+def candidates(leaves: List[Any], backward: bool, partitions: List[List[List[int]]]) -> List[list]:
+    """The global shapes one side's per-rank values can stand for, most likely first."""
+    if not leaves or any(not is_tensor_summary(x) for x in leaves):
+        return []
+    own = leaves[0].get("shape")
+    if all(DTENSOR in x for x in leaves):
+        groups = layouts._submesh_groups(leaves)
+        if groups is None:
+            return [list(leaves[0][DTENSOR]["global_shape"])]
+        parts = [list(leaves[g[0]][DTENSOR]["global_shape"]) for g in groups]
+        return [parts[0]] + [s for s in _concats(parts) if s != parts[0]]
+    shapes = [x.get("shape") for x in leaves]
+    identical = all(layouts._same(x, leaves[0]) for x in leaves)
+    out: List[list] = []
+    if identical or own == [] or (backward and all(s == own for s in shapes)):     # [] : a loss, averaged
+        out.append(own)
+    if not identical:
+        out.extend(s for s in _concats(shapes) if s not in out)
+        n = len(leaves)
+        blocks = [[list(range(g * k, (g + 1) * k)) for g in range(n // k)] for k in range(2, n) if not n % k]
+        for partition in list(partitions) + blocks:
+            for inner in range(len(own) if isinstance(own, list) else 0):
+                per_group = [layouts._concat_shape([shapes[i] for i in g], inner, len(own)) for g in partition]
+                if all(p is not None for p in per_group):
+                    out.extend(s for s in _concats(per_group) if s not in out)
+            per_group = [shapes[g[0]] for g in partition
+                         if all(layouts._same(leaves[i], leaves[g[0]]) for i in g)]
+            if len(per_group) == len(partition):
+                out.extend(s for s in _concats(per_group) if s not in out)
+    return out
+
+
+def reference(a: List[Dict[str, Any]], b: List[Dict[str, Any]], pa: List, pb: List) -> Dict[str, Any]:
+    """Per record of the golden side, the global shape of each tensor value that both sides
+    agree on (``{"shape": ...}`` leaves, None where they agree on none): the single run's
+    shapes, as build_view reads them."""
+    ref: Dict[str, Any] = {}
+    for key, rec in a[0].items():
+        if key not in b[0]:
+            continue
+        backward = parse_key(key).direction == "backward"
+        new = json.loads(json.dumps(rec))
+        for path, _ in layouts._leaves(rec):
+            ca = candidates([layouts._at(d.get(key), path) for d in a], backward, pa)
+            cb = candidates([layouts._at(d.get(key), path) for d in b], backward, pb)
+            shape = next((s for s in ca if s in cb), None)
+            layouts._set(new, path, None if shape is None else {"shape": shape})
+        ref[key] = new
+    return ref
+
+
+# ---------------------------------------------------------------- the plan
+
+def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path, rank_map: Optional[str] = None) -> Layout:
+    """Write both sides' global views (one per rank) under `work_dir` and pair them."""
+    forced = None
+    if rank_map and rank_map not in ("auto", GLOBAL):
+        forced, only = layouts.parse_rank_map(rank_map)
+        if only is not None:
+            raise DumpFormatError(f"--rank-map {rank_map}: rank lists select ranks of a 1-rank against N-rank "
+                                  "compare; for N ranks against M use same, split or global")
+    g_steps, t_steps = _by_step(golden), _by_step(target)
+    pairs: List[Tuple[DumpUnit, DumpUnit]] = []
+    labels: List[str] = []
+    counts: Dict[str, int] = {}
+    rules: Dict[str, set] = {"golden": set(), "target": set()}
+    shard_text: Dict[str, set] = {"golden": set(), "target": set()}
+    for step in sorted(set(g_steps) & set(t_steps), key=lambda s: (s is None, s or 0)):
+        sides = {}
+        docs = {"golden": [layouts._load(u.json_path) for u in g_steps[step]],
+                "target": [layouts._load(u.json_path) for u in t_steps[step]]}
+        datas = {"golden": [layouts._strip_wrapper(d["data"], docs["target"][0]["data"]) for d in docs["golden"]],
+                 "target": [layouts._strip_wrapper(d["data"], docs["golden"][0]["data"]) for d in docs["target"]]}
+        parts = {side: layouts.job_partitions(ds) for side, ds in datas.items()}
+        ref = reference(datas["golden"], datas["target"], parts["golden"], parts["target"])
+        for side, units in (("golden", g_steps[step]), ("target", t_steps[step])):
+            ds = datas[side]
+            rule = forced or layouts.detect(ds)
+            shards = layouts.data_shards(ds) if rule == SPLIT and not forced else len(ds)
+            rules[side].add(rule)
+            shard_text[side].add(shards)
+            views = []
+            for r, (u, doc) in enumerate(zip(units, docs[side])):
+                view, c = layouts.build_view(ref, ds, r, rule, shards, parts[side])
+                for k, v in c.items():
+                    counts[k] = counts.get(k, 0) + v
+                out = work_dir / side / (u.json_path.parent.parent.name if u.step is not None else "step") / u.rank
+                views.append(layouts._write_view(doc, view, u, out))
+            sides[side] = views
+        gv, tv = sides["golden"], sides["target"]
+        for k in range(max(len(gv), len(tv))):
+            pairs.append((gv[k % len(gv)], tv[k % len(tv)]))
+            labels.append(f"{gv[k % len(gv)].rank}/{tv[k % len(tv)].rank}")
+    n_g, n_t = len({u.rank for u in golden}), len({u.rank for u in target})
+
+    def says(side: str) -> str:
+        rule = "/".join(sorted(rules[side]))
+        scale = "/".join(map(str, sorted(shard_text[side])))
+        return f"{rule}, backward scaled by 1/{scale}" if rule == SPLIT else rule
+    why = "forced by --rank-map" if forced else "decided from each side's data"
+    text = [f"layout: {n_g} ranks against {n_t}, both reduced to the global (single-run) view "
+            f"(golden {says('golden')}; target {says('target')}; {why})",
+            "  on each side sharded values (DTensor, tiles of the global shape) are merged across ranks, "
+            "split-batch gradients scaled to the whole batch, replicated values kept per rank; pairs "
+            "golden rank/target rank: " + ", ".join(dict.fromkeys(labels)),
+            "  values: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))]
+    from .replicas import check_units, replicas_text
+
+    for side, units in (("golden", golden), ("target", target)):
+        text.extend(f"  replicas ({side}) " + line for line in replicas_text(check_units(units)).splitlines())
+    rule = f"{'/'.join(sorted(rules['golden']))} against {'/'.join(sorted(rules['target']))}"
+    return Layout(rule, pairs, text, counts, view_side=2, labels=labels)
+
+
+# ---------------------------------------------------------------- which rank
+
+def _leaf(cache: Dict[str, Any], view_path: str, key: Optional[str], arg: str) -> Optional[dict]:
+    from ..dumpfmt import record_entries
+
+    if key is None:
+        return None
+    if view_path not in cache:
+        cache[view_path] = layouts._load(Path(view_path))["data"]
+    rec = cache[view_path].get(key)
+    info = parse_key(key) if rec is not None else None
+    for e in record_entries(rec, bool(info and info.kind == "parameters_grad")):
+        if e.arg == arg and isinstance(e.leaf, dict):
+            return e.leaf
+    return None
+
+
+def _odd_ranks(leaves: Dict[str, Optional[dict]]) -> List[str]:
+    """The ranks whose copy parts from the most common one (none when all agree)."""
+    versions: Dict[Tuple, List[str]] = {}
+    for rank, leaf in leaves.items():
+        if leaf is None:
+            continue
+        sig = (tuple(leaf.get("shape") or ()),) + tuple(leaf.get(k) for k in layouts._STATS)
+        versions.setdefault(sig, []).append(rank)
+    if len(versions) < 2:
+        return []
+    ordered = sorted(versions.values(), key=len, reverse=True)
+    if len(ordered[0]) == len(ordered[1]):
+        return [r for v in ordered for r in v]       # no majority: every rank is named
+    return [r for v in ordered[1:] for r in v]
+
+
+def attribute(result, layout: Layout) -> List[str]:
+    """Per step, the first divergence and, where its value is a rank's own on a side, the rank
+    of that side whose copy parts from the others."""
+    from .verdict import ERROR
+
+    cache: Dict[str, Any] = {}
+    lines = []
+    steps: Dict[Any, list] = {}
+    for p in result.pairs:
+        steps.setdefault(p.step, []).append(p)
+    for step, pairs in sorted(steps.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        label = "" if step is None else f"step {step}: "
+        best = None
+        for p in pairs:
+            fd = p.first_divergence
+            if fd is None:
+                continue
+            bad = [r for r in p.rows if r.verdict == ERROR and (r.golden_key == fd.key or r.target_key == fd.target_key)]
+            order = min((r.order for r in bad), default=1 << 30)
+            if best is None or order < best[0]:
+                best = (order, p, fd, bad)
+        if best is None:
+            lines.append(f"{label}no divergence on any rank pair (differences within the tolerances, i.e. the "
+                         "reduction-order noise of different parallel layouts)")
+            continue
+        _, p, fd, bad = best
+        named = []
+        for row in bad:
+            for side, idx, key in (("golden", 0, row.golden_key), ("target", 1, row.target_key)):
+                views = {u[idx].rank: str(u[idx].json_path) for u in layout.pairs if u[idx].step == step}
+                leaves = {r: _leaf(cache, v, key, row.arg) for r, v in views.items()}
+                if any(x is None or x.get("layout") == layouts.MERGED for x in leaves.values()):
+                    continue
+                odd = _odd_ranks(leaves)
+                if odd:
+                    named.append(f"{side} {', '.join(odd)} ({row.name}, that rank's own value, differs from "
+                                 f"the other {side} ranks')")
+            if named:
+                break
+        if named:
+            lines.append(f"{label}first divergence {fd.key} on {named[0]}")
+        else:
+            lines.append(f"{label}first divergence {fd.key} (pair {p.rank}): on a value merged across ranks or "
+                         "alike on every rank of a side: the rank is not known from statistics")
+    return lines
