@@ -24,7 +24,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..dumpfmt import DTENSOR, DumpUnit, is_tensor_summary, parse_key, rank_number
 from . import layouts
 from .errors import DumpFormatError
-from .layouts import SAME, SPLIT, Layout
+from . import shard_tensors
+from .layouts import SPLIT, Layout
+from .tiles import MERGED, at as _at, entry_leaf, concat_shape as _concat_shape, leaves as _leaves, set_at as _set
 
 GLOBAL = "global"
 
@@ -78,7 +80,7 @@ def _concats(shapes: List[Any]) -> List[list]:
     ndim = len(shapes[0]) if isinstance(shapes[0], list) else -1
     out = []
     for d in range(max(ndim, 0)):
-        s = layouts._concat_shape(shapes, d, ndim)
+        s = _concat_shape(shapes, d, ndim)
         if s is not None and s not in out:
             out.append(s)
     return out
@@ -106,7 +108,7 @@ def candidates(leaves: List[Any], backward: bool, partitions: List[List[List[int
         blocks = [[list(range(g * k, (g + 1) * k)) for g in range(n // k)] for k in range(2, n) if not n % k]
         for partition in list(partitions) + blocks:
             for inner in range(len(own) if isinstance(own, list) else 0):
-                per_group = [layouts._concat_shape([shapes[i] for i in g], inner, len(own)) for g in partition]
+                per_group = [_concat_shape([shapes[i] for i in g], inner, len(own)) for g in partition]
                 if all(p is not None for p in per_group):
                     out.extend(s for s in _concats(per_group) if s not in out)
             per_group = [shapes[g[0]] for g in partition
@@ -126,11 +128,11 @@ def reference(a: List[Dict[str, Any]], b: List[Dict[str, Any]], pa: List, pb: Li
             continue
         backward = parse_key(key).direction == "backward"
         new = json.loads(json.dumps(rec))
-        for path, _ in layouts._leaves(rec):
-            ca = candidates([layouts._at(d.get(key), path) for d in a], backward, pa)
-            cb = candidates([layouts._at(d.get(key), path) for d in b], backward, pb)
+        for path, _ in _leaves(rec):
+            ca = candidates([_at(d.get(key), path) for d in a], backward, pa)
+            cb = candidates([_at(d.get(key), path) for d in b], backward, pb)
             shape = next((s for s in ca if s in cb), None)
-            layouts._set(new, path, None if shape is None else {"shape": shape})
+            _set(new, path, None if shape is None else {"shape": shape})
         ref[key] = new
     return ref
 
@@ -166,11 +168,18 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path, rank_ma
             rules[side].add(rule)
             shard_text[side].add(shards)
             views = []
+            tensors = shard_tensors.is_tensor_task(docs[side])
+            dirs = [shard_tensors.tensor_dir(d, u.json_path) for d, u in zip(docs[side], units)]
+            assembled: Dict[Tuple, Any] = {}
             for r, (u, doc) in enumerate(zip(units, docs[side])):
                 view, c = layouts.build_view(ref, ds, r, rule, shards, parts[side])
                 for k, v in c.items():
                     counts[k] = counts.get(k, 0) + v
                 out = work_dir / side / (u.json_path.parent.parent.name if u.step is not None else "step") / u.rank
+                if tensors:     # task tensor: merged values get their global tensor, assembled from the shards
+                    n_t = shard_tensors.attach(view, ds, dirs, 1.0 / shards if rule == SPLIT else 1.0, out, assembled,
+                                               [x.rank for x in units])
+                    counts["global tensors assembled"] = counts.get("global tensors assembled", 0) + n_t
                 views.append(layouts._write_view(doc, view, u, out))
             sides[side] = views
         gv, tv = sides["golden"], sides["target"]
@@ -201,22 +210,14 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path, rank_ma
 # ---------------------------------------------------------------- which rank
 
 def _leaf(cache: Dict[str, Any], view_path: str, key: Optional[str], arg: str) -> Optional[dict]:
-    from ..dumpfmt import record_entries
-
-    if key is None:
-        return None
     if view_path not in cache:
-        cache[view_path] = layouts._load(Path(view_path))["data"]
-    rec = cache[view_path].get(key)
-    info = parse_key(key) if rec is not None else None
-    for e in record_entries(rec, bool(info and info.kind == "parameters_grad")):
-        if e.arg == arg and isinstance(e.leaf, dict):
-            return e.leaf
-    return None
+        cache[view_path] = layouts._load(Path(view_path))
+    return entry_leaf(cache[view_path]["data"], key, arg)
 
 
 def _odd_ranks(leaves: Dict[str, Optional[dict]]) -> List[str]:
-    """The ranks whose copy parts from the most common one (none when all agree)."""
+    """The ranks whose copy parts from the most common one (none when all agree; every rank
+    when no copy is the most common)."""
     versions: Dict[Tuple, List[str]] = {}
     for rank, leaf in leaves.items():
         if leaf is None:
@@ -243,28 +244,33 @@ def attribute(result, layout: Layout) -> List[str]:
         steps.setdefault(p.step, []).append(p)
     for step, pairs in sorted(steps.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
         label = "" if step is None else f"step {step}: "
-        best = None
+        found = []
         for p in pairs:
             fd = p.first_divergence
             if fd is None:
                 continue
             bad = [r for r in p.rows if r.verdict == ERROR and (r.golden_key == fd.key or r.target_key == fd.target_key)]
-            order = min((r.order for r in bad), default=1 << 30)
-            if best is None or order < best[0]:
-                best = (order, p, fd, bad)
-        if best is None:
+            found.append((min((r.order for r in bad), default=1 << 30), p, fd, bad))
+        if not found:
             lines.append(f"{label}no divergence on any rank pair (differences within the tolerances, i.e. the "
                          "reduction-order noise of different parallel layouts)")
             continue
-        _, p, fd, bad = best
+        first = min(f[0] for f in found)
+        _, p, fd, _ = next(f for f in found if f[0] == first)
+        bad = sorted((r for f in found if f[2].key == fd.key for r in f[3]), key=lambda r: r.order)    # every pair's
         named = []
         for row in bad:
             for side, idx, key in (("golden", 0, row.golden_key), ("target", 1, row.target_key)):
                 views = {u[idx].rank: str(u[idx].json_path) for u in layout.pairs if u[idx].step == step}
                 leaves = {r: _leaf(cache, v, key, row.arg) for r, v in views.items()}
-                if any(x is None or x.get("layout") == layouts.MERGED for x in leaves.values()):
+                if any(x is None or x.get("layout") == MERGED for x in leaves.values()):
                     continue
                 odd = _odd_ranks(leaves)
+                if odd:         # the side's copies differ: the ranks met only in pairs where this value fails
+                    fails = {q.rank.split("/")[idx] for q in pairs
+                             if any(r.name == row.name and r.verdict == ERROR for r in q.rows)}
+                    passes = {q.rank.split("/")[idx] for q in pairs} - fails
+                    odd = sorted(fails - passes, key=lambda x: rank_number(x) or 0) or odd
                 if odd:
                     named.append(f"{side} {', '.join(odd)} ({row.name}, that rank's own value, differs from "
                                  f"the other {side} ranks')")
@@ -272,7 +278,22 @@ def attribute(result, layout: Layout) -> List[str]:
                 break
         if named:
             lines.append(f"{label}first divergence {fd.key} on {named[0]}")
+            continue
+        for row in sorted(bad, key=lambda r: r.order):       # task tensor: the shard that differs
+            for view, other, vkey, okey, side in ((p.target, p.golden, row.target_key, row.golden_key, "target"),
+                                                  (p.golden, p.target, row.golden_key, row.target_key, "golden")):
+                found = shard_tensors.name_shards(
+                    _leaf(cache, view, vkey, row.arg), _leaf(cache, other, okey, row.arg),
+                    Path(other).parent / "dump_tensor_data", cache[other].get("dump_data_dir"))
+                if found:
+                    named.append(f"{side} " + shard_tensors.shards_text(found, row.name))
+                    break
+            if named:
+                break
+        if named:
+            lines.append(f"{label}first divergence {fd.key} on a value merged across ranks, on {named[0]}")
         else:
             lines.append(f"{label}first divergence {fd.key} (pair {p.rank}): on a value merged across ranks or "
-                         "alike on every rank of a side: the rank is not known from statistics")
+                         "alike on every rank of a side: the rank is not known from statistics; a task tensor dump "
+                         "names the rank whose shard differs")
     return lines

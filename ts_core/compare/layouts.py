@@ -34,10 +34,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..dumpfmt import DTENSOR, DumpUnit, is_tensor_summary, merge_shards, parse_key, rank_number
+from . import shard_tensors
+from .tiles import MERGED, at as _at, entry_leaf, concat_shape as _concat_shape, leaves as _leaves, set_at as _set, \
+    tile_dim as _tile_dim
 from .errors import DumpFormatError
 
 SAME, SPLIT = "same-batch", "split-batch"
-MERGED, OWN = "merged", "own"
+OWN = "own"
 _STATS = ("Max", "Min", "Mean", "Norm")
 
 
@@ -106,6 +109,9 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
         shards = data_shards(datas) if rule == SPLIT and not forced else len(datas)
         n_shards.add(shards)
         partitions = job_partitions(datas)
+        tensors = shard_tensors.is_tensor_task(t_docs)
+        dirs = [shard_tensors.tensor_dir(d, u.json_path) for d, u in zip(t_docs, units)]
+        assembled: Dict[Tuple, Any] = {}
         for r, (u, doc) in enumerate(zip(units, t_docs)):
             if only is not None and rank_number(u.rank) not in only:
                 continue
@@ -113,6 +119,10 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
             for k, v in c.items():
                 counts[k] = counts.get(k, 0) + v
             out = work_dir / (u.json_path.parent.parent.name if u.step is not None else "step") / u.rank
+            if tensors:         # task tensor: merged values get their global tensor, assembled from the shards
+                n_t = shard_tensors.attach(view, datas, dirs, 1.0 / shards if rule == SPLIT else 1.0, out, assembled,
+                                           [x.rank for x in units])
+                counts["global tensors assembled"] = counts.get("global tensors assembled", 0) + n_t
             v_unit = _write_view(doc, view, u, out)
             pairs.append((v_unit, g) if reverse else (g, v_unit))
     rule = "/".join(sorted(rules)) or SAME
@@ -158,25 +168,6 @@ def _strip_wrapper(data: Dict[str, Any], golden: Dict[str, Any]) -> Dict[str, An
                 continue        # the wrapped model itself, which the single run records as no module
         out[k] = v
     return out
-
-
-def _leaves(value: Any, path: Tuple = ()) -> List[Tuple[Tuple, dict]]:
-    if isinstance(value, dict):
-        if is_tensor_summary(value):
-            return [(path, value)]
-        return [x for k, v in value.items() for x in _leaves(v, path + (k,))]
-    if isinstance(value, list):
-        return [x for i, v in enumerate(value) for x in _leaves(v, path + (i,))]
-    return []
-
-
-def _at(value: Any, path: Tuple) -> Any:
-    for p in path:
-        try:
-            value = value[p]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return value
 
 
 def _first_input_versions(datas: List[Dict[str, Any]]) -> int:
@@ -225,17 +216,6 @@ def _summary(like: dict, shape: List[int], count: int, total: float, squares: fl
     return out
 
 
-def _tile_dim(shapes: List[list], golden: list) -> Optional[int]:
-    """The dimension along which the ranks' shapes concatenate to the golden shape."""
-    if any(not isinstance(s, list) or len(s) != len(golden) for s in shapes) or not golden:
-        return None
-    for d in range(len(golden)):
-        if all(s[:d] + s[d + 1:] == golden[:d] + golden[d + 1:] for s in shapes) \
-                and sum(s[d] for s in shapes) == golden[d]:
-            return d
-    return None
-
-
 def _same(a: dict, b: dict) -> bool:
     return a.get("shape") == b.get("shape") and all(a.get(k) == b.get(k) for k in _STATS)
 
@@ -268,15 +248,6 @@ def _grid_tiles(leaves: List[dict], golden: list, partitions: Optional[List[List
             if outer is not None:
                 return [s for g in groups for s in g], inner, outer
     return None
-
-
-def _concat_shape(shapes: List[Any], d: int, ndim: int) -> Optional[list]:
-    """The shape of `shapes` concatenated along `d`, None when they do not concatenate."""
-    if any(not isinstance(x, list) or len(x) != ndim for x in shapes):
-        return None
-    if any(x[:d] + x[d + 1:] != shapes[0][:d] + shapes[0][d + 1:] for x in shapes):
-        return None
-    return shapes[0][:d] + [sum(x[d] for x in shapes)] + shapes[0][d + 1:]
 
 
 def _submesh_groups(leaves: List[dict]) -> Optional[List[List[int]]]:
@@ -450,12 +421,6 @@ def build_view(golden: Dict[str, Any], datas: List[Dict[str, Any]], r: int, rule
     return view, counts
 
 
-def _set(value: Any, path: Tuple, leaf: Any) -> None:
-    for p in path[:-1]:
-        value = value[p]
-    value[path[-1]] = leaf
-
-
 def _write_view(doc: dict, view: Dict[str, Any], unit: DumpUnit, out: Path) -> DumpUnit:
     out.mkdir(parents=True, exist_ok=True)
     src = unit.json_path.parent
@@ -463,8 +428,8 @@ def _write_view(doc: dict, view: Dict[str, Any], unit: DumpUnit, out: Path) -> D
         if (src / name).is_file():
             shutil.copyfile(src / name, out / name)
     header = {k: v for k, v in doc.items() if k != "data"}
-    if not header.get("dump_data_dir"):
-        header["dump_data_dir"] = str(src / "dump_tensor_data")
+    # the rank's own tensor files, where they are (a recorded dump_data_dir may be relative to the job's cwd)
+    header["dump_data_dir"] = str(shard_tensors.tensor_dir(doc, unit.json_path).resolve())
     with open(out / "dump.json", "w") as f:
         json.dump({**header, "data": view}, f)
     return DumpUnit(unit.step, unit.rank, out / "dump.json")
@@ -473,18 +438,35 @@ def _write_view(doc: dict, view: Dict[str, Any], unit: DumpUnit, out: Path) -> D
 # ---------------------------------------------------------------- the verdict, per rank
 
 def _merged_row(view_path: str, key: str, arg: str) -> bool:
-    from ..dumpfmt import record_entries
-
     try:
         data = _load(Path(view_path))["data"]
     except DumpFormatError:
         return False
-    rec = data.get(key)
-    info = parse_key(key) if rec is not None else None
-    for e in record_entries(rec, bool(info and info.kind == "parameters_grad")):
-        if e.arg == arg and isinstance(e.leaf, dict):
-            return e.leaf.get("layout") == MERGED
-    return False
+    leaf = entry_leaf(data, key, arg)
+    return bool(leaf) and leaf.get("layout") == MERGED
+
+
+def tensor_named(pairs: list, fd: Any, view_side: int, rows: list) -> Optional[str]:
+    """Task tensor: the ranks whose shard of a failing merged value differs from the other run's
+    global tensor in their region (shard_tensors.bad_regions), in words; None when that cannot be
+    told (statistics only, or a value without regions)."""
+    docs: Dict[str, dict] = {}
+
+    def doc(path: str) -> dict:
+        if path not in docs:
+            docs[path] = _load(Path(path))
+        return docs[path]
+    for p in pairs:
+        view, other = (p.target, p.golden) if view_side else (p.golden, p.target)
+        for row in sorted(rows, key=lambda r: r.order):
+            vkey, okey = (row.target_key, row.golden_key) if view_side else (row.golden_key, row.target_key)
+            leaf = entry_leaf(doc(view)["data"], vkey or fd.key, row.arg)
+            ref = entry_leaf(doc(other)["data"], okey or fd.key, row.arg)
+            bad = shard_tensors.name_shards(leaf, ref, Path(other).parent / "dump_tensor_data",
+                                            doc(other).get("dump_data_dir"))
+            if bad:
+                return shard_tensors.shards_text(bad, row.name)
+    return None
 
 
 def attribute(result, view_side: int = 1) -> List[str]:
@@ -518,7 +500,15 @@ def attribute(result, view_side: int = 1) -> List[str]:
         first = found[0]
         if first[0] == 0:
             lines.append(f"{label}first divergence {first[3].key} on {first[2]} ({first[4]}, that rank's own value)")
+            continue
+        fd = first[3]
+        rows = [r for p in pairs for r in p.rows if r.verdict == ERROR
+                and (r.golden_key == fd.key or (r.target_key and r.target_key == fd.target_key))]
+        named = tensor_named([p for p in pairs if p.first_divergence is not None], fd, view_side, rows)
+        if named:
+            lines.append(f"{label}first divergence {fd.key} on a value merged across ranks, on {named}")
         else:
-            lines.append(f"{label}first divergence {first[3].key} on a value merged across ranks: "
-                         f"the rank is not known from statistics ({', '.join(sorted({f[2] for f in found}))} see it)")
+            lines.append(f"{label}first divergence {fd.key} on a value merged across ranks: "
+                         f"the rank is not known from statistics ({', '.join(sorted({f[2] for f in found}))} see it); "
+                         "a task tensor dump names the rank whose shard differs")
     return lines
