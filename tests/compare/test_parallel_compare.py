@@ -178,7 +178,7 @@ def test_tp_as_golden_against_single_and_rank_map(dumps, tmp_path):
     only1 = _compare(dumps, "single", "tp", tmp_path, rank_map="1")
     assert {p.rank for p in only1.pairs} == {"rank1"} and "forced by --rank-map" in only1.options["layout"]["text"][0]
     with pytest.raises(DumpFormatError, match="--rank-map"):
-        compare(dumps("tp"), dumps("tp"), None, verbose=False, rank_map="same")
+        compare(dumps("single"), dumps("single"), None, verbose=False, rank_map="same")
     with pytest.raises(DumpFormatError, match="expected same, split"):
         _compare(dumps, "single", "tp", tmp_path, rank_map="rank1")
 
