@@ -329,8 +329,12 @@ def test_check_replicas_names_the_parameter_a_rank_holds_apart(dumps):
 
 @pytestmark_slow
 def test_recipe_names_the_rank_whose_replica_drifted(tmp_path):
-    out = run([python(), os.path.join(RECIPES, "parallel_compare_recipe.py"), "--bad-rank", "1", "--dump-path",
-               str(tmp_path / "dump")], timeout=300, cwd=str(tmp_path), env_extra={"PYTHONPATH": ROOT}).stdout
+    out = run([python(), os.path.join(RECIPES, "parallel_compare_recipe.py"), "--bad-rank", "1", "--against-world",
+               "4", "--dump-path", str(tmp_path / "dump")], timeout=400, cwd=str(tmp_path),
+              env_extra={"PYTHONPATH": ROOT}).stdout
     assert "layout: 1 rank against 2 (split-batch" in out
     assert "step 0: first divergence Functional.linear.0.forward on rank1" in out
     assert "replicas step 0: 1 of 8 replicated values differ" in out
+    # N ranks against M: DDP on 2 (rank1 drifted) against DDP on 4, the same global batch
+    assert "layout: 2 ranks against 4, both reduced to the global (single-run) view" in out
+    assert "step 0: first divergence Functional.linear.0.forward on golden rank1" in out

@@ -83,6 +83,25 @@ def test_submesh_groups_are_read_from_the_recorded_mesh():
         assert counts == {"DTensor merged (sub-mesh) + tiles merged (dim 0)": 1}
 
 
+def test_tiles_find_their_shape_when_the_call_counters_shift():
+    """The parallel run made one extra linear call first (its counters run one ahead): the tiles of
+    its Functional.linear.1 take the single run's Functional.linear.0 shape, merged exactly; a
+    value no nearby call's shape fits stays the rank's own (a shape difference, never a pass)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    plain = lambda a: {"type": "torch.Tensor", "dtype": "torch.float32", "shape": list(a.shape), **reference_stats(a)}
+    golden = {"Functional.linear.0.forward": {"output": [plain(x)]}}
+    datas = [{"Functional.linear.0.forward": {"output": [plain(np.ones((2, 2), np.float32))]},
+              "Functional.linear.1.forward": {"output": [plain(x[4 * r:4 * r + 4])]},
+              "Functional.relu.0.forward": {"output": [plain(x[4 * r:4 * r + 4] * (r + 1))]}} for r in range(2)]
+    view, counts = build_view(golden, datas, 0, SPLIT)
+    got, want = view["Functional.linear.1.forward"]["output"][0], reference_stats(x)
+    assert got["shape"] == [8, 4] and got["Max"] == want["Max"] and got["Min"] == want["Min"]
+    assert got["Norm"] == pytest.approx(want["Norm"], rel=1e-12)
+    assert counts["tiles merged (dim 0) (shape of a shifted call)"] == 1
+    assert view["Functional.relu.0.forward"]["output"][0]["shape"] == [4, 4]      # no relu in the single run
+
+
 # ---------------------------------------------------------------- real gloo jobs
 
 STATS, TENSOR = "mix-statistics", "mix-tensor"

@@ -31,6 +31,7 @@ STACKS = {
     "tp": (2, "L0:md5,L1:statistics,mix:tensor,mix:async"),
     "tp-sp": (2, "mix:statistics"),
     "2d": (4, "mix:statistics"),
+    "2d-tpouter": (4, "mix:statistics"),                # TP on the outer mesh dim: groups {0, 2}, {1, 3}
     "ddp": (2, "mix:md5"),
     "fsdp2-ckpt": (2, "mix:statistics"),              # non-reentrant activation checkpointing
     "ddp-ckpt-autocast": (2, "L1:statistics,mix:md5"),  # reentrant checkpointing, bf16 autocast
@@ -130,6 +131,12 @@ def test_no_statistics_missing_and_dtensor_blocks_consistent(job):
                     assert s["Max"] == local["max"] and s["Min"] == local["min"]
                     assert s["Mean"] == pytest.approx(local["sum"] / local["count"], rel=1e-12, abs=1e-300)
                     assert len(block["coordinate"]) == len(block["mesh_shape"]) == len(block["placements"])
+                    # the mesh's global ranks: this rank among them, at its coordinate (row-major)
+                    assert len(block["mesh_ranks"]) == math.prod(block["mesh_shape"])
+                    flat = 0
+                    for c, m in zip(block["coordinate"], block["mesh_shape"]):
+                        flat = flat * m + c
+                    assert block["mesh_ranks"][flat] == r, (key, block)
 
 
 def test_merged_shards_give_the_full_gradient_statistics(job):
