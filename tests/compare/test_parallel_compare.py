@@ -143,7 +143,8 @@ def dumps(tmp_path_factory):
             head = [python()] if nproc == 1 else [python(), "-m", "torch.distributed.run", "--nproc_per_node",
                                                   str(nproc), "--master_port", str(free_port())]
             run(head + [WORKER, *args, "--runs", "mix:statistics", "--dump-root", str(out),
-                        "--report", str(root / f"{name}.json")], timeout=300, cwd=str(root))
+                        "--report", str(root / f"{name}.json")], timeout=300, cwd=str(root),
+                env_extra={"PYTHONPATH": ROOT})        # this checkout's ts_core, not the installed one
             made[name] = str(out / "mix-statistics")
         return made[name]
     return get

@@ -18,7 +18,7 @@ import pytest
 
 from ts_core.dumpfmt import DTENSOR, merge_shards, reference_stats
 
-from ..integrations._helpers import free_port, python, records, run
+from ..integrations._helpers import ROOT, free_port, python, records, run
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,7 @@ def job(request, tmp_path_factory):
     run([python(), "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
          str(free_port()), WORKER, "--stack", stack.removesuffix(PURE), "--runs", runs, "--dump-root",
          str(root / "dump"), "--report", str(report)], timeout=420, cwd=str(root),
-        env_extra={"TSPROBE_NATIVE": "0"} if pure else None)
+        env_extra={"PYTHONPATH": ROOT, **({"TSPROBE_NATIVE": "0"} if pure else {})})   # this checkout's ts_core
     with open(report) as f:
         return stack, nproc, json.load(f)
 

@@ -530,6 +530,11 @@ def attribute(result, view_side: int = 1) -> List[str]:
             continue
         found.sort(key=lambda x: (x[1], x[0]))
         first = found[0]
+        alike = [f[2] for f in found if f[0] == 0 and f[1] == first[1] and f[3].key == first[3].key]
+        if first[0] == 0 and len(alike) > 1:        # every such rank's own copy differs: no one rank to blame
+            lines.append(f"{label}first divergence {first[3].key} on {', '.join(alike)} ({first[4]}, each rank's own "
+                         "value, differs on each of them)")
+            continue
         if first[0] == 0:
             lines.append(f"{label}first divergence {first[3].key} on {first[2]} ({first[4]}, that rank's own value)")
             continue
