@@ -169,16 +169,24 @@ def tp_plan(model: TinyLM, mesh, sequence: bool) -> None:
 
 def average_grads(model: nn.Module) -> None:
     """Data parallelism by hand (2d-tpouter): each gradient's local tensor averaged over the
-    data-parallel group."""
+    data-parallel group, into a new gradient. (Not in place: a collective writing into a
+    gradient already summarised in backward does not move its version counter, and tsprobe
+    would keep the backward-time summary -- see docs/compare.md.)"""
+    from torch.distributed.tensor import DTensor
+
     group = getattr(model, "dp_group", None)
     if group is None:
         return
     size = dist.get_world_size(group)
     for p in model.parameters():
-        if p.grad is not None:
-            g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-            dist.all_reduce(g, group=group)
-            g.div_(size)
+        if p.grad is None:
+            continue
+        g = p.grad
+        buf = (g.to_local() if isinstance(g, DTensor) else g).clone()
+        dist.all_reduce(buf, group=group)
+        buf.div_(size)
+        p.grad = DTensor.from_local(buf, g.device_mesh, g.placements, run_check=False,
+                                    shape=g.shape, stride=g.stride()) if isinstance(g, DTensor) else buf
 
 
 def full(t):
