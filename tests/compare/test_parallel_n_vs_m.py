@@ -112,6 +112,7 @@ JOBS = {  # name -> (processes, worker arguments); one global batch of 4 x 4 row
     "tp2": (2, ["--stack", "tp"]),
     "fsdp2": (2, ["--stack", "fsdp2"]),
     "tpo": (4, ["--stack", "2d-tpouter"]),       # mesh (tp 2, dp 2): TP groups {0, 2} and {1, 3}
+    "2d": (4, ["--stack", "2d"]),                # FSDP2 (dp 2) over TP (2): mesh (dp, tp), TP groups {0, 1}, {2, 3}
     "ddp2-bug": (2, ["--stack", "ddp", "--bug", "1:blocks.0.up.weight"]),
     "tp2-bug": (2, ["--stack", "tp", "--bug", "1:blocks.0.up.weight"]),
 }
@@ -148,7 +149,7 @@ def _errors(result):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("golden,target", [("ddp2", "tp2"), ("fsdp2", "tp2"), ("ddp2", "ddp4"), ("ddp2", "tpo"),
-                                           ("ddp4", "fsdp2")])
+                                           ("ddp4", "fsdp2"), ("tpo", "2d")])
 def test_faithful_n_vs_m_pairs_give_no_divergence(dumps, tmp_path, golden, target):
     result = _compare(dumps(golden), dumps(target), tmp_path)
     layout = result.options["layout"]

@@ -86,6 +86,12 @@ def _concats(shapes: List[Any]) -> List[list]:
     return out
 
 
+def _group_signature(members: List[dict]) -> Tuple:
+    """What one sub-mesh group of a DTensor holds: its shards' coordinates and local statistics."""
+    return tuple(sorted((tuple(m[DTENSOR].get("coordinate") or ()),
+                         tuple(sorted((m[DTENSOR].get("local") or {}).items()))) for m in members))
+
+
 def candidates(leaves: List[Any], backward: bool, partitions: List[List[List[int]]]) -> List[list]:
     """The global shapes one side's per-rank values can stand for, most likely first."""
     if not leaves or any(not is_tensor_summary(x) for x in leaves):
@@ -96,7 +102,10 @@ def candidates(leaves: List[Any], backward: bool, partitions: List[List[List[int
         if groups is None:
             return [list(leaves[0][DTENSOR]["global_shape"])]
         parts = [list(leaves[g[0]][DTENSOR]["global_shape"]) for g in groups]
-        return [parts[0]] + [s for s in _concats(parts) if s != parts[0]]
+        joined = [s for s in _concats(parts) if s != parts[0]]
+        if backward or len({_group_signature([leaves[i] for i in g]) for g in groups}) == 1:
+            return [parts[0]] + joined       # the groups hold copies (or a gradient to average)
+        return joined + [parts[0]]           # the groups hold different batches: their tiles
     shapes = [x.get("shape") for x in leaves]
     identical = all(layouts._same(x, leaves[0]) for x in leaves)
     out: List[list] = []
