@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from ts_core.compare import compare
-from ts_core.compare.layouts import SPLIT, _submesh_groups, build_view, job_partitions
-from ts_core.compare.replicas import check_replicas
-from ts_core.compare.shard_tensors import chunk_bounds, shard_index
-from ts_core.compare.verdict import ERROR
+from ts_core.compare.align.layouts import SPLIT, build_view, job_partitions
+from ts_core.compare.align.tiles import submesh_groups
+from ts_core.compare.explain.replicas import check_replicas
+from ts_core.compare.align.shard_tensors import chunk_bounds, shard_index
+from ts_core.compare.judge.verdict import ERROR
 from ts_core.dumpfmt import reference_stats
 
 from tests.integrations._helpers import RECIPES, ROOT, free_port, python, run
@@ -69,7 +70,7 @@ def test_submesh_groups_are_read_from_the_recorded_mesh():
                             "local": {"count": x.size, "sum": float(f.sum()), "sum_sq": float((f * f).sum()),
                                       "max": float(f.max()), "min": float(f.min()), "nan": 0, "inf": 0}}}
     leaves = [leaf(r) for r in range(4)]
-    assert _submesh_groups(leaves) == [[0, 3], [1, 2]]
+    assert submesh_groups(leaves) == [[0, 3], [1, 2]]
     datas = [{"Functional.f.0.forward": {"input_args": [leaves[r]]}} for r in range(4)]
     assert job_partitions(datas) == [[[0, 3], [1, 2]]]
     golden = {"Functional.f.0.forward": {"input_args": [{"shape": [8, 6]}]}}

@@ -10,16 +10,16 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..dumpfmt import DumpUnit, rank_number, write_json_atomic
-from . import global_views, layouts
-from .engine import Options, compare_pair
+from .align import global_views, layouts
+from .pipeline import Options, compare_pair
 from .errors import DumpFormatError
-from .html import write_html
-from .loader import Dump, find_dumps, pair_units
-from .matching import default_normalise
-from .ranks import rank_summary, timeline
-from .report import terminal_text, write_csv, write_summary
-from .result import CompareResult, PairResult
-from .verdict import DEFAULT_TOLERANCES
+from .report.html import write_html
+from .load.loader import Dump, find_dumps, pair_units
+from .align.matching import default_normalise
+from .explain.ranks import rank_summary, timeline
+from .report.files import terminal_text, write_csv, write_summary
+from .model import CompareResult, PairResult
+from .judge.verdict import DEFAULT_TOLERANCES
 
 
 RANKS_JSON = "ranks.json"
@@ -98,8 +98,9 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
         result.ranks = rank_summary(result)
     if layout is not None:
         result.options["layout"] = {"rule": layout.rule, "values": layout.counts,
-                                    "text": layout.text + (global_views.attribute(result, layout) if layout.labels
-                                                           else layouts.attribute(result, layout.view_side))}
+                                    "text": layout.text + _replica_lines(layout)
+                                    + (global_views.attribute(result, layout) if layout.labels
+                                       else layouts.attribute(result, layout.view_side))}
         if views is not None:
             views.cleanup()
     if output_dir is not None:
@@ -109,6 +110,14 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
         if layout is not None:
             print("\n".join(result.options["layout"]["text"]), file=sys.stdout)
     return result
+
+
+def _replica_lines(layout) -> list:
+    """The replica check of the many-rank side(s) of a layout compare, as its text lines."""
+    from .explain.replicas import check_units, replicas_text
+
+    return [f"  replicas {label}{line}" for label, units in layout.replica_units
+            for line in replicas_text(check_units(units)).splitlines()]
 
 
 def _compare_unit(golden: DumpUnit, target: DumpUnit, opts: Options, progress: Optional[bool]) -> PairResult:

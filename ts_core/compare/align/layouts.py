@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..dumpfmt import DTENSOR, DumpUnit, is_tensor_summary, merge_shards, parse_key, rank_number
+from ...dumpfmt import DTENSOR, DumpUnit, is_tensor_summary, merge_shards, parse_key, rank_number
+from ..errors import DumpFormatError
 from . import shard_tensors
 from .tiles import MERGED, at as _at, entry_leaf, concat_shape as _concat_shape, leaves as _leaves, set_at as _set, \
-    tile_dim as _tile_dim
-from .errors import DumpFormatError
+    submesh_groups as _submesh_groups, tile_dim as _tile_dim
 
 SAME, SPLIT = "same-batch", "split-batch"
 OWN = "own"
@@ -54,6 +54,8 @@ class Layout:
     counts: Dict[str, int] = field(default_factory=dict)
     view_side: int = 1          # which member of each pair is the view (0: golden, 1: target, 2: both)
     labels: List[str] = field(default_factory=list)     # each pair's rank label, when both are views
+    # the many-rank dumps whose replicas the compare checks (explain/replicas.py): (label, units)
+    replica_units: List[Tuple[str, List[DumpUnit]]] = field(default_factory=list)
 
 
 def applies_either_way(golden: List[DumpUnit], target: List[DumpUnit]) -> bool:
@@ -139,11 +141,8 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
                     f"values scaled by 1/{scale} (each rank's loss averages its own shard); replicated values "
                     "(parameters, reduced gradients) compared rank by rank")
     text.append("  values: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
-    from .replicas import check_units, replicas_text
-
-    replicas = check_units([u for us in t_steps.values() for u in us])
-    text.extend("  replicas " + line for line in replicas_text(replicas).splitlines())
-    return Layout(rule, pairs, text, counts, view_side=1 - int(reverse))
+    return Layout(rule, pairs, text, counts, view_side=1 - int(reverse),
+                  replica_units=[("", [u for us in t_steps.values() for u in us])])
 
 
 # ---------------------------------------------------------------- reading
@@ -248,35 +247,6 @@ def _grid_tiles(leaves: List[dict], golden: list, partitions: Optional[List[List
             if outer is not None:
                 return [s for g in groups for s in g], inner, outer
     return None
-
-
-def _submesh_groups(leaves: List[dict]) -> Optional[List[List[int]]]:
-    """The rank groups of a DTensor whose mesh is smaller than the job (contiguous blocks: the inner
-    dimension of a 2-D mesh; or strided: its outer one), found from the coordinates: each group
-    holds every coordinate of the mesh once; exactly from ``mesh_ranks`` where the dump recorded
-    it). None when the mesh spans every rank."""
-    n = len(leaves)
-    blocks = [s[DTENSOR] for s in leaves]
-    m = math.prod(blocks[0].get("mesh_shape") or [n])
-    if m >= n or n % m or any(math.prod(b.get("mesh_shape") or [n]) != m for b in blocks):
-        return None
-    recorded = mesh_groups(blocks, n)
-    if recorded is not None:
-        return recorded
-    for groups in ([list(range(g * m, (g + 1) * m)) for g in range(n // m)],
-                   [list(range(j, n, n // m)) for j in range(n // m)]):
-        if all(len({tuple(blocks[i].get("coordinate") or ()) for i in g}) == m for g in groups):
-            return groups
-    return None
-
-
-def mesh_groups(blocks: List[dict], n: int) -> Optional[List[List[int]]]:
-    """The sub-mesh groups as the dump recorded them (each rank's ``mesh_ranks``), each in
-    coordinate order, when they partition ranks 0..n-1; else None."""
-    groups = {tuple(b["mesh_ranks"]) for b in blocks if isinstance(b.get("mesh_ranks"), list)}
-    if len(groups) < 2 or sorted(r for g in groups for r in g) != list(range(n)):
-        return None
-    return [list(g) for g in sorted(groups)]
 
 
 def job_partitions(datas: List[Dict[str, Any]]) -> List[List[List[int]]]:
@@ -504,7 +474,7 @@ def tensor_named(pairs: list, fd: Any, view_side: int, rows: list) -> Optional[s
 def attribute(result, view_side: int = 1) -> List[str]:
     """Lines naming, per step, the first divergence and the rank it belongs to: a rank whose
     first failing value is its own (not merged across ranks) and that comes first."""
-    from .verdict import ERROR
+    from ..judge.verdict import ERROR
 
     lines = []
     steps: Dict[Any, list] = {}

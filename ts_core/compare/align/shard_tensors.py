@@ -22,8 +22,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..dumpfmt import DTENSOR, is_tensor_summary, parse_key
-from ..dumpfmt.shards import is_pending
+from ...dumpfmt import DTENSOR, is_tensor_summary, parse_key
+from ...dumpfmt.shards import is_pending
 from .tiles import MERGED, at, leaves as tree_leaves, tile_dim
 
 REGIONS = "regions"
@@ -75,7 +75,7 @@ def _file(leaf: dict, tensor_dir: Path) -> Optional[Path]:
 
 
 def load(path: Path) -> np.ndarray:
-    from .loader import load_tensor_file
+    from ..load.loader import load_tensor_file
 
     return np.asarray(load_tensor_file(path))
 

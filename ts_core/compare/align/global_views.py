@@ -21,12 +21,12 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..dumpfmt import DTENSOR, DumpUnit, is_tensor_summary, parse_key, rank_number
-from . import layouts
-from .errors import DumpFormatError
-from . import shard_tensors
+from ...dumpfmt import DTENSOR, DumpUnit, is_tensor_summary, parse_key, rank_number
+from ..errors import DumpFormatError
+from . import layouts, shard_tensors
 from .layouts import SPLIT, Layout
-from .tiles import MERGED, at as _at, entry_leaf, concat_shape as _concat_shape, leaves as _leaves, set_at as _set
+from .tiles import MERGED, at as _at, entry_leaf, concat_shape as _concat_shape, leaves as _leaves, set_at as _set, \
+    submesh_groups as _submesh_groups
 
 GLOBAL = "global"
 
@@ -98,7 +98,7 @@ def candidates(leaves: List[Any], backward: bool, partitions: List[List[List[int
         return []
     own = leaves[0].get("shape")
     if all(DTENSOR in x for x in leaves):
-        groups = layouts._submesh_groups(leaves)
+        groups = _submesh_groups(leaves)
         if groups is None:
             return [list(leaves[0][DTENSOR]["global_shape"])]
         parts = [list(leaves[g[0]][DTENSOR]["global_shape"]) for g in groups]
@@ -208,12 +208,9 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path, rank_ma
             "split-batch gradients scaled to the whole batch, replicated values kept per rank; pairs "
             "golden rank/target rank: " + ", ".join(dict.fromkeys(labels)),
             "  values: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))]
-    from .replicas import check_units, replicas_text
-
-    for side, units in (("golden", golden), ("target", target)):
-        text.extend(f"  replicas ({side}) " + line for line in replicas_text(check_units(units)).splitlines())
     rule = f"{'/'.join(sorted(rules['golden']))} against {'/'.join(sorted(rules['target']))}"
-    return Layout(rule, pairs, text, counts, view_side=2, labels=labels)
+    return Layout(rule, pairs, text, counts, view_side=2, labels=labels,
+                  replica_units=[("(golden) ", golden), ("(target) ", target)])
 
 
 # ---------------------------------------------------------------- which rank
@@ -244,7 +241,7 @@ def _odd_ranks(leaves: Dict[str, Optional[dict]]) -> List[str]:
 def attribute(result, layout: Layout) -> List[str]:
     """Per step, the first divergence and, where its value is a rank's own on a side, the rank
     of that side whose copy parts from the others."""
-    from .verdict import ERROR
+    from ..judge.verdict import ERROR
 
     cache: Dict[str, Any] = {}
     lines = []
