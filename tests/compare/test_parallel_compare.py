@@ -128,6 +128,7 @@ JOBS = {  # name -> (processes, worker arguments)
     "single-v25": (1, ["--stack", "single", "--vocab", "25"]),
     "tp-sp-v25": (2, ["--stack", "tp-sp", "--vocab", "25"]),
 }
+RUNS = {"single-v25": "mix:statistics,mix:tensor", "tp-sp-v25": "mix:statistics,mix:tensor"}   # + task tensor
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +143,7 @@ def dumps(tmp_path_factory):
             out = root / name
             head = [python()] if nproc == 1 else [python(), "-m", "torch.distributed.run", "--nproc_per_node",
                                                   str(nproc), "--master_port", str(free_port())]
-            run(head + [WORKER, *args, "--runs", "mix:statistics", "--dump-root", str(out),
+            run(head + [WORKER, *args, "--runs", RUNS.get(name, "mix:statistics"), "--dump-root", str(out),
                         "--report", str(root / f"{name}.json")], timeout=300, cwd=str(root),
                 env_extra={"PYTHONPATH": ROOT})        # this checkout's ts_core, not the installed one
             made[name] = str(out / "mix-statistics")
@@ -303,6 +304,21 @@ def test_single_vs_tp_padded_vocab_merges_uneven_shards(dumps, tmp_path):
     assert merged["Min"] == pytest.approx(want["Min"], rel=1e-6)
     assert merged["Mean"] == pytest.approx(want["Mean"], rel=1e-5, abs=1e-9)
     assert merged["Norm"] == pytest.approx(want["Norm"], rel=1e-6)
+
+
+@pytestmark_slow
+def test_single_vs_tp_padded_vocab_in_tensor_mode_assembles_uneven_shards(dumps, tmp_path):
+    """Task tensor: the uneven Shard(0) head-gradient shards (13 and 12 rows) are placed into the
+    global tensor exactly (equal to the job's own gathered full gradient), and the pair is faithful
+    element by element."""
+    single, tp = (dumps(n).replace("mix-statistics", "mix-tensor") for n in ("single-v25", "tp-sp-v25"))
+    result = compare(single, tp, tmp_path / "out", html=False, verbose=False, workers=1)
+    assert result.options["layout"]["values"]["global tensors assembled"] > 0
+    assert _errors(result) == [] and result.first_divergence is None
+    view = tmp_path / "out" / "layout_views" / "step1" / "rank1" / "dump_tensor_data"
+    merged = np.load(view / "merged.Module.head.Linear.parameters_grad.0.weight.0.npy")
+    np.testing.assert_array_equal(merged, np.load(tp + ".grads.npz")["head.weight"])
+    assert any(r.mode == "tensor" and r.name == "Module.head.Linear.parameters_grad.0.weight" for r in result.rows)
 
 
 @pytestmark_slow

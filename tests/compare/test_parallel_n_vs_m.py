@@ -117,8 +117,7 @@ JOBS = {  # name -> (processes, worker arguments); one global batch of 4 x 4 row
     "ddp2-bug": (2, ["--stack", "ddp", "--bug", "1:blocks.0.up.weight"]),
     "tp2-bug": (2, ["--stack", "tp", "--bug", "1:blocks.0.up.weight"]),
 }
-RUNS = {"single": "mix:statistics,mix:tensor", "tp2": "mix:statistics,mix:tensor", "ddp2": "mix:statistics,mix:tensor",
-        "tp2-bug": "mix:statistics,mix:tensor"}
+RUNS = {name: "mix:statistics,mix:tensor" for name in ("single", "tp2", "ddp2", "tp2-bug", "tpo")}
 
 
 @pytest.fixture(scope="module")
@@ -215,6 +214,15 @@ def test_tensor_mode_faithful_and_statistics_mode_says_it_cannot_name_the_shard(
     assert faithful.options["layout"]["values"]["global tensors assembled"] > 0
     assert _errors(faithful) == [] and faithful.first_divergence is None
     assert any(r.mode == "tensor" and r.name == "Functional.linear.0.forward.input.1" for r in faithful.rows)
+    # a 2-D job: sub-mesh DTensors assembled per TP group ({0, 2}, {1, 3}), then tiled over the batch
+    two_d = _compare(dumps("single", TENSOR), dumps("tpo", TENSOR), tmp_path / "2d")
+    assert _errors(two_d) == [] and two_d.first_divergence is None
+    name = "merged.Functional.linear.1.forward.input_args.0.npy"         # blocks.0.down's input: Shard(2) per group
+    got = np.load(tmp_path / "2d" / "out" / "layout_views" / "step0" / "rank3" / "dump_tensor_data" / name)
+    want = np.load(os.path.join(dumps("single", TENSOR), "step0", "rank", "dump_tensor_data",
+                                "Functional.linear.1.forward.input.0.npy"))
+    assert got.shape == want.shape == (16, 8, 32)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     stats = _compare(dumps("single"), dumps("tp2-bug"), tmp_path / "s")
     line = next(x for x in stats.options["layout"]["text"] if x.startswith("step 0:"))
     assert "not known from statistics" in line and "task tensor dump names the rank" in line

@@ -24,7 +24,7 @@ import numpy as np
 
 from ...dumpfmt import DTENSOR, is_tensor_summary, parse_key
 from ...dumpfmt.shards import is_pending
-from .tiles import MERGED, at, leaves as tree_leaves, tile_dim
+from .tiles import MERGED, at, leaves as tree_leaves, submesh_groups, tile_dim
 
 REGIONS = "regions"
 
@@ -80,12 +80,41 @@ def load(path: Path) -> np.ndarray:
     return np.asarray(load_tensor_file(path))
 
 
-def assemble(leaves: List[dict], files: List[Optional[Path]], view_leaf: dict, scale: float
-             ) -> Optional[Tuple[np.ndarray, List[dict]]]:
+def _dtensor_global(leaves: List[dict], files: List[Path], ranks: List[int]
+                    ) -> Optional[Tuple[np.ndarray, List[dict]]]:
+    """The global tensor of one DTensor over its mesh (the ranks holding it: `ranks`) and the
+    regions of its non-pending shards."""
+    out, regions = None, []
+    for r, leaf, f in zip(ranks, leaves, files):
+        block = leaf[DTENSOR]
+        placements = block["placements"]
+        if any(p.startswith("MaskPartial") for p in placements):
+            return None
+        coord = block.get("coordinate") or []
+        idx = shard_index(block["global_shape"], placements, block["mesh_shape"], coord)
+        if idx is None:
+            return None
+        local = load(f)
+        if tuple(local.shape) != tuple(len(i) for i in idx):
+            return None
+        if out is None:
+            out = np.zeros(block["global_shape"], dtype=np.float64)
+        if not any(c for c, p in zip(coord, placements) if p.startswith("Replicate")):
+            out[np.ix_(*idx)] += local          # a Replicate() coordinate other than 0 holds a copy
+        if not any(is_pending(p) for p in placements):
+            regions.append({"rank": r, "file": str(f), "index": [_runs(i) for i in idx], "scale": 1.0})
+    return (out, regions) if out is not None else None
+
+
+def assemble(leaves: List[dict], files: List[Optional[Path]], view_leaf: dict, scale: float,
+             backward: bool = True) -> Optional[Tuple[np.ndarray, List[dict]]]:
     """The global tensor of one merged value (shape ``view_leaf["shape"]``) and its regions, from
-    the ranks' leaves and local files (`scale`: of plain tiles, 1/shards for split-batch
-    gradients); None when the layout is not one this assembles (a 2-D grid of plain tiles, a
-    sub-mesh DTensor, a masked pending sum)."""
+    the ranks' leaves and local files (`scale`: of tiles, 1/shards for split-batch gradients). A
+    DTensor on a sub-mesh (2-D job) is assembled per group, then the groups, in rank order, are
+    copies, tiles or a split-batch gradient's terms (`backward`; forward groups that differ in
+    the global shape are each group's own value, left to the statistics; a scalar such as the
+    loss is the ranks' average). None when the layout
+    is not one this assembles (a 2-D grid of plain tiles, a masked pending sum)."""
     if any(f is None for f in files):
         return None
     shape = view_leaf.get("shape")
@@ -93,34 +122,30 @@ def assemble(leaves: List[dict], files: List[Optional[Path]], view_leaf: dict, s
         return None
     n = len(leaves)
     if all(DTENSOR in x for x in leaves):
-        if any(math.prod(x[DTENSOR].get("mesh_shape") or [n]) != n for x in leaves):
-            return None         # a sub-mesh DTensor (2-D job): statistics only
-        out, regions = None, []
-        for r, (leaf, f) in enumerate(zip(leaves, files)):
-            block = leaf[DTENSOR]
-            placements = block["placements"]
-            if any(p.startswith("MaskPartial") for p in placements):
-                return None
-            coord = block.get("coordinate") or []
-            idx = shard_index(block["global_shape"], placements, block["mesh_shape"], coord)
-            if idx is None:
-                return None
-            local = load(f)
-            if tuple(local.shape) != tuple(len(i) for i in idx):
-                return None
-            if out is None:
-                out = np.zeros(block["global_shape"], dtype=np.float64)
-            replica = any(c for c, p in zip(coord, placements) if p.startswith("Replicate"))
-            if not replica:         # a Replicate() coordinate other than 0 holds a copy
-                out[np.ix_(*idx)] += local
-            if not any(is_pending(p) for p in placements):
-                regions.append({"rank": r, "file": str(f), "index": [_runs(i) for i in idx], "scale": 1.0})
-        return (out, regions) if out is not None else None
+        groups = submesh_groups(leaves) or [list(range(n))]
+        parts = [_dtensor_global([leaves[i] for i in g], [files[i] for i in g], g) for g in groups]
+        if any(p is None for p in parts):
+            return None
+        if len(parts) == 1 or all(np.array_equal(p[0], parts[0][0]) for p in parts):
+            return parts[0][0], [reg for p in parts for reg in p[1]]
+        if all(list(p[0].shape) == shape for p in parts):      # split-batch gradient terms
+            return (np.mean([p[0] for p in parts], axis=0), []) if backward else None
+        d = tile_dim([list(p[0].shape) for p in parts], shape)
+        if d is None:
+            return None
+        regions, start = [], 0
+        for array, regs in parts:
+            for reg in regs:
+                index = [list(map(list, dim)) for dim in reg["index"]]
+                index[d] = [[a + start, b + start] for a, b in index[d]]
+                regions.append({**reg, "index": index, "scale": scale})
+            start += array.shape[d]
+        return np.concatenate([p[0] for p in parts], axis=d) * scale, regions
     if any(DTENSOR in x for x in leaves):
         return None
     arrays = [load(f) for f in files]
     if all(list(a.shape) == shape for a in arrays):             # split-batch gradients before the all-reduce
-        return np.mean([a.astype(np.float64) for a in arrays], axis=0), []
+        return (np.mean([a.astype(np.float64) for a in arrays], axis=0), []) if backward or not shape else None
     d = tile_dim([list(a.shape) for a in arrays], shape)
     if d is None:
         return None
@@ -153,7 +178,7 @@ def attach(view: Dict[str, Any], datas: List[Dict[str, Any]], tensor_dirs: List[
             name = MERGED + "." + ".".join(map(str, (key,) + path)) + ".npy"
             if (key, path) not in cache:
                 made = assemble(leaves, [_file(x, t) for x, t in zip(leaves, tensor_dirs)], leaf,
-                                backward_scale if backward else 1.0)
+                                backward_scale if backward else 1.0, backward)
                 if made is None:
                     cache[(key, path)] = None
                 else:
