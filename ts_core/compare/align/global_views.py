@@ -186,9 +186,9 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path, rank_ma
                     counts[k] = counts.get(k, 0) + v
                 out = work_dir / side / (u.json_path.parent.parent.name if u.step is not None else "step") / u.rank
                 if tensors:     # task tensor: merged values get their global tensor, assembled from the shards
-                    n_t = shard_tensors.attach(view, ds, dirs, 1.0 / shards if rule == SPLIT else 1.0, out, assembled,
-                                               [x.rank for x in units])
-                    counts["global tensors assembled"] = counts.get("global tensors assembled", 0) + n_t
+                    made = shard_tensors.attach(view, ds, dirs, 1.0 / shards if rule == SPLIT else 1.0, out,
+                                                assembled, [x.rank for x in units])
+                    counts["global tensors assembled"] = counts.get("global tensors assembled", 0) + made
                 views.append(layouts._write_view(doc, view, u, out))
             sides[side] = views
         gv, tv = sides["golden"], sides["target"]
