@@ -47,7 +47,9 @@ def _add_compare(sub) -> None:
     p.add_argument("--rank-map", metavar="SPEC",
                    help="1 rank against N (single run vs DDP/FSDP2/TP): 'same' (every rank saw the single run's "
                         "batch: compared rank by rank), 'split' (each saw a shard: merged across ranks) or the "
-                        "target ranks to compare, e.g. 0,1 (default: decided from the data)")
+                        "target ranks to compare, e.g. 0,1 (default: decided from the data); N ranks against "
+                        "M of another layout (DDP vs TP, 2 vs 4 ranks): both reduced to the global view, "
+                        "'global' forces that for two N-rank dumps of one layout")
     p.set_defaults(func=_run_compare)
 
 

@@ -128,6 +128,7 @@ JOBS = {  # name -> (processes, worker arguments)
     "single-v25": (1, ["--stack", "single", "--vocab", "25"]),
     "tp-sp-v25": (2, ["--stack", "tp-sp", "--vocab", "25"]),
 }
+RUNS = {"single-v25": "mix:statistics,mix:tensor", "tp-sp-v25": "mix:statistics,mix:tensor"}   # + task tensor
 
 
 @pytest.fixture(scope="module")
@@ -142,8 +143,9 @@ def dumps(tmp_path_factory):
             out = root / name
             head = [python()] if nproc == 1 else [python(), "-m", "torch.distributed.run", "--nproc_per_node",
                                                   str(nproc), "--master_port", str(free_port())]
-            run(head + [WORKER, *args, "--runs", "mix:statistics", "--dump-root", str(out),
-                        "--report", str(root / f"{name}.json")], timeout=300, cwd=str(root))
+            run(head + [WORKER, *args, "--runs", RUNS.get(name, "mix:statistics"), "--dump-root", str(out),
+                        "--report", str(root / f"{name}.json")], timeout=300, cwd=str(root),
+                env_extra={"PYTHONPATH": ROOT})        # this checkout's ts_core, not the installed one
             made[name] = str(out / "mix-statistics")
         return made[name]
     return get
@@ -178,7 +180,7 @@ def test_tp_as_golden_against_single_and_rank_map(dumps, tmp_path):
     only1 = _compare(dumps, "single", "tp", tmp_path, rank_map="1")
     assert {p.rank for p in only1.pairs} == {"rank1"} and "forced by --rank-map" in only1.options["layout"]["text"][0]
     with pytest.raises(DumpFormatError, match="--rank-map"):
-        compare(dumps("tp"), dumps("tp"), None, verbose=False, rank_map="same")
+        compare(dumps("single"), dumps("single"), None, verbose=False, rank_map="same")
     with pytest.raises(DumpFormatError, match="expected same, split"):
         _compare(dumps, "single", "tp", tmp_path, rank_map="rank1")
 
@@ -305,6 +307,21 @@ def test_single_vs_tp_padded_vocab_merges_uneven_shards(dumps, tmp_path):
 
 
 @pytestmark_slow
+def test_single_vs_tp_padded_vocab_in_tensor_mode_assembles_uneven_shards(dumps, tmp_path):
+    """Task tensor: the uneven Shard(0) head-gradient shards (13 and 12 rows) are placed into the
+    global tensor exactly (equal to the job's own gathered full gradient), and the pair is faithful
+    element by element."""
+    single, tp = (dumps(n).replace("mix-statistics", "mix-tensor") for n in ("single-v25", "tp-sp-v25"))
+    result = compare(single, tp, tmp_path / "out", html=False, verbose=False, workers=1)
+    assert result.options["layout"]["values"]["global tensors assembled"] > 0
+    assert _errors(result) == [] and result.first_divergence is None
+    view = tmp_path / "out" / "layout_views" / "step1" / "rank1" / "dump_tensor_data"
+    merged = np.load(view / "merged.Module.head.Linear.parameters_grad.0.weight.0.npy")
+    np.testing.assert_array_equal(merged, np.load(tp + ".grads.npz")["head.weight"])
+    assert any(r.mode == "tensor" and r.name == "Module.head.Linear.parameters_grad.0.weight" for r in result.rows)
+
+
+@pytestmark_slow
 def test_single_vs_tp_padded_vocab_is_faithful(dumps, tmp_path):
     """The vocabulary-parallel embedding's output is a MaskPartial DTensor (its local rows of
     other ranks' tokens are masked only by the reduction): recorded as such, never merged as a
@@ -329,8 +346,12 @@ def test_check_replicas_names_the_parameter_a_rank_holds_apart(dumps):
 
 @pytestmark_slow
 def test_recipe_names_the_rank_whose_replica_drifted(tmp_path):
-    out = run([python(), os.path.join(RECIPES, "parallel_compare_recipe.py"), "--bad-rank", "1", "--dump-path",
-               str(tmp_path / "dump")], timeout=300, cwd=str(tmp_path), env_extra={"PYTHONPATH": ROOT}).stdout
+    out = run([python(), os.path.join(RECIPES, "parallel_compare_recipe.py"), "--bad-rank", "1", "--against-world",
+               "4", "--dump-path", str(tmp_path / "dump")], timeout=400, cwd=str(tmp_path),
+              env_extra={"PYTHONPATH": ROOT}).stdout
     assert "layout: 1 rank against 2 (split-batch" in out
     assert "step 0: first divergence Functional.linear.0.forward on rank1" in out
     assert "replicas step 0: 1 of 8 replicated values differ" in out
+    # N ranks against M: DDP on 2 (rank1 drifted) against DDP on 4, the same global batch
+    assert "layout: 2 ranks against 4, both reduced to the global (single-run) view" in out
+    assert "step 0: first divergence Functional.linear.0.forward on golden rank1" in out

@@ -73,6 +73,26 @@ def single_batch(step: int, ranks: int) -> tuple:
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
+def global_batch(step: int, chunks: int, dp_rank: int, dp_size: int) -> tuple:
+    """One global batch of `chunks` x BATCH rows per step, split evenly over the data-parallel
+    ranks: so jobs with different data-parallel sizes (DDP on 2 and on 4 ranks, TP) and the
+    single run see the same samples, and their dumps compare N ranks against M."""
+    tokens, labels = single_batch(step, chunks)
+    rows = tokens.shape[0] // dp_size
+    return tokens[dp_rank * rows:(dp_rank + 1) * rows], labels[dp_rank * rows:(dp_rank + 1) * rows]
+
+
+def data_parallel(stack: str, world: int, rank: int) -> tuple:
+    """(this rank's data-parallel coordinate, the data-parallel size) of a stack."""
+    if stack in ("single", "tp", "tp-sp"):
+        return 0, 1
+    if stack == "2d":                     # (dp, tp) mesh: contiguous TP groups
+        return rank // (world // 2), 2
+    if stack == "2d-tpouter":             # (tp, dp) mesh: TP peers are ranks dp and dp + world/2
+        return rank % (world // 2), world // 2
+    return rank, world
+
+
 def build(stack: str, world: int, model: Optional[TinyLM] = None):
     """The model (default: a tiny one) as the stack wraps it, and whether every rank sees the
     same batch (TP: yes)."""
@@ -117,6 +137,11 @@ def build(stack: str, world: int, model: Optional[TinyLM] = None):
             fully_shard(block, mesh=mesh["dp"])
         fully_shard(model, mesh=mesh["dp"])
         return model, False
+    if stack == "2d-tpouter":     # TP on the outer mesh dim (groups {r, r + world/2}), data parallel inner by hand
+        mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("tp", "dp"))
+        tp_plan(model, mesh["tp"], sequence=False)
+        model.dp_group = mesh["dp"].get_group()
+        return model, False
     raise SystemExit(f"unknown stack {stack}")
 
 
@@ -142,6 +167,28 @@ def tp_plan(model: TinyLM, mesh, sequence: bool) -> None:
         })
 
 
+def average_grads(model: nn.Module) -> None:
+    """Data parallelism by hand (2d-tpouter): each gradient's local tensor averaged over the
+    data-parallel group, into a new gradient. (Not in place: a collective writing into a
+    gradient already summarised in backward does not move its version counter, and tsprobe
+    would keep the backward-time summary -- see docs/compare.md.)"""
+    from torch.distributed.tensor import DTensor
+
+    group = getattr(model, "dp_group", None)
+    if group is None:
+        return
+    size = dist.get_world_size(group)
+    for p in model.parameters():
+        if p.grad is None:
+            continue
+        g = p.grad
+        buf = (g.to_local() if isinstance(g, DTensor) else g).clone()
+        dist.all_reduce(buf, group=group)
+        buf.div_(size)
+        p.grad = DTensor.from_local(buf, g.device_mesh, g.placements, run_check=False,
+                                    shape=g.shape, stride=g.stride()) if isinstance(g, DTensor) else buf
+
+
 def full(t):
     if t is None:
         return None
@@ -158,7 +205,7 @@ def perturb(model: nn.Module, name: str) -> None:
 
 
 def train(stack: str, world: int, rank: int, debugger=None, same_data: Optional[bool] = None,
-          single_of: int = 1, bug: Optional[str] = None) -> dict:
+          single_of: int = 1, bug: Optional[str] = None, chunks: int = 0) -> dict:
     model, stack_same = build(stack, world)
     same_data = stack_same if same_data is None else same_data
     if bug:
@@ -167,8 +214,11 @@ def train(stack: str, world: int, rank: int, debugger=None, same_data: Optional[
     losses, grads = [], {}
     for step in range(STEPS):
         # 2-D: the tensor-parallel peers of one data-parallel group see the same batch
-        data_rank = rank // (world // 2) if stack == "2d" else rank
-        data = single_batch(step, single_of) if stack == "single" else batch(step, data_rank, same_data)
+        data_rank = data_parallel(stack, world, rank)[0]
+        if chunks:          # --global-batch: every stack sees the same samples, split over its dp ranks
+            data = global_batch(step, chunks, *data_parallel(stack, world, rank))
+        else:
+            data = single_batch(step, single_of) if stack == "single" else batch(step, data_rank, same_data)
         tokens, labels = (t.to(DEVICE) for t in data)
         if debugger is not None:
             debugger.start(model)
@@ -183,6 +233,7 @@ def train(stack: str, world: int, rank: int, debugger=None, same_data: Optional[
         else:
             loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
             loss.backward()
+        average_grads(model)
         if debugger is not None:
             debugger.record_param_grads()     # .grad as the optimizer sees it: reduced across ranks
             debugger.stop()
@@ -222,6 +273,9 @@ def main() -> None:
                     help="stack single: the twin of a data-parallel job over N ranks with their own batches")
     ap.add_argument("--vocab", type=int, default=VOCAB,
                     help="vocabulary size (one not divisible by the TP size: uneven embedding/head shards)")
+    ap.add_argument("--global-batch", type=int, default=0,
+                    help="K: every stack sees one global batch of K x 4 rows per step, split over its "
+                         "data-parallel ranks (jobs of different sizes compare N ranks against M)")
     ap.add_argument("--bug", default="", help="RANK:PARAM: perturb PARAM's local shard on RANK only")
     args = ap.parse_args()
 
@@ -238,7 +292,7 @@ def main() -> None:
 
     bug_rank, _, bug = args.bug.partition(":")
     kw = {"same_data": True if args.same_data else None, "single_of": args.single_of,
-          "bug": bug if bug and int(bug_rank) == rank else None}
+          "bug": bug if bug and int(bug_rank) == rank else None, "chunks": args.global_batch}
     report = {"stack": args.stack, "world": world, "runs": {}}
     baseline = train(args.stack, world, rank, **kw)
     for run in filter(None, args.runs.split(",")):

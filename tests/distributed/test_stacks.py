@@ -18,7 +18,7 @@ import pytest
 
 from ts_core.dumpfmt import DTENSOR, merge_shards, reference_stats
 
-from ..integrations._helpers import free_port, python, records, run
+from ..integrations._helpers import ROOT, free_port, python, records, run
 
 pytestmark = pytest.mark.slow
 
@@ -31,6 +31,7 @@ STACKS = {
     "tp": (2, "L0:md5,L1:statistics,mix:tensor,mix:async"),
     "tp-sp": (2, "mix:statistics"),
     "2d": (4, "mix:statistics"),
+    "2d-tpouter": (4, "mix:statistics"),                # TP on the outer mesh dim: groups {0, 2}, {1, 3}
     "ddp": (2, "mix:md5"),
     "fsdp2-ckpt": (2, "mix:statistics"),              # non-reentrant activation checkpointing
     "ddp-ckpt-autocast": (2, "L1:statistics,mix:md5"),  # reentrant checkpointing, bf16 autocast
@@ -62,7 +63,7 @@ def job(request, tmp_path_factory):
     run([python(), "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
          str(free_port()), WORKER, "--stack", stack.removesuffix(PURE), "--runs", runs, "--dump-root",
          str(root / "dump"), "--report", str(report)], timeout=420, cwd=str(root),
-        env_extra={"TSPROBE_NATIVE": "0"} if pure else None)
+        env_extra={"PYTHONPATH": ROOT, **({"TSPROBE_NATIVE": "0"} if pure else {})})   # this checkout's ts_core
     with open(report) as f:
         return stack, nproc, json.load(f)
 
@@ -130,6 +131,12 @@ def test_no_statistics_missing_and_dtensor_blocks_consistent(job):
                     assert s["Max"] == local["max"] and s["Min"] == local["min"]
                     assert s["Mean"] == pytest.approx(local["sum"] / local["count"], rel=1e-12, abs=1e-300)
                     assert len(block["coordinate"]) == len(block["mesh_shape"]) == len(block["placements"])
+                    # the mesh's global ranks: this rank among them, at its coordinate (row-major)
+                    assert len(block["mesh_ranks"]) == math.prod(block["mesh_shape"])
+                    flat = 0
+                    for c, m in zip(block["coordinate"], block["mesh_shape"]):
+                        flat = flat * m + c
+                    assert block["mesh_ranks"][flat] == r, (key, block)
 
 
 def test_merged_shards_give_the_full_gradient_statistics(job):
@@ -152,7 +159,7 @@ def test_merged_shards_give_the_full_gradient_statistics(job):
         summaries = [rec[key][attr][0] for rec in per_rank]
         want = reference_stats(reference[pname])
         if DTENSOR not in summaries[0]:
-            assert stack.startswith(("ddp", "tp")), f"{stack}: {pname} is not a DTensor"
+            assert stack.startswith(("ddp", "tp", "2d-tpouter")), f"{stack}: {pname} is not a DTensor"
             for s in summaries:     # a replicated plain gradient: every rank has all of it
                 assert s["Max"] == pytest.approx(want["Max"], rel=1e-6)
                 assert s["Norm"] == pytest.approx(want["Norm"], rel=1e-5)

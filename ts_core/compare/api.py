@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..dumpfmt import write_json_atomic
-from .align import layouts
+from .align import global_views, layouts
 from .pipeline import Options
 from .errors import DumpFormatError
 from .report.html import write_html
@@ -56,10 +56,16 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
     g_units, t_units = find_dumps(golden), find_dumps(target)
     pairs, lone_g, lone_t = pair_units(g_units, t_units)
     views = layout = None
-    if rank_map and not layouts.applies_either_way(g_units, t_units):
-        raise DumpFormatError(f"--rank-map {rank_map}: applies to a 1-rank dump against a many-rank one; "
-                              f"{golden} has {_labels(g_units)}, {target} has {_labels(t_units)}")
-    if rank_map or (not pairs and layouts.applies_either_way(g_units, t_units)):
+    many = global_views.applies(g_units, t_units)
+    if rank_map and not (layouts.applies_either_way(g_units, t_units) or many):
+        raise DumpFormatError(f"--rank-map {rank_map}: applies to a 1-rank dump against a many-rank one, or N "
+                              f"ranks against M; {golden} has {_labels(g_units)}, {target} has {_labels(t_units)}")
+    if many and (rank_map or global_views.differ(g_units, t_units)):      # N ranks against M: global views
+        views = tempfile.TemporaryDirectory(prefix="tsprobe-layout-") if output_dir is None else None
+        layout = global_views.plan(g_units, t_units, Path(views.name if views else Path(output_dir) / "layout_views"),
+                                   rank_map)
+        pairs, lone_g, lone_t = layout.pairs, [], []
+    elif rank_map or (not pairs and layouts.applies_either_way(g_units, t_units)):
         views = tempfile.TemporaryDirectory(prefix="tsprobe-layout-") if output_dir is None else None
         layout = layouts.plan(g_units, t_units, Path(views.name if views else Path(output_dir) / "layout_views"),
                               rank_map)
@@ -83,15 +89,17 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
                  "normalise": getattr(normalise, "__name__", str(normalise)),
                  "crossframework": crossframework, "mapping": opts.mapping})
     if layout is not None:          # a view stands for its target rank
-        for p, units in zip(results, pairs):
-            p.rank = units[layout.view_side].rank
+        for i, (p, units) in enumerate(zip(results, pairs)):
+            p.rank = layout.labels[i] if layout.labels else units[layout.view_side].rank
             for row in p.rows:
                 row.rank = p.rank
     if len({p.rank for p in results}) > 1:      # many ranks: one merged summary over them
         result.ranks = rank_summary(result)
     if layout is not None:
         result.options["layout"] = {"rule": layout.rule, "values": layout.counts,
-                                    "text": layout.text + layouts.attribute(result, layout.view_side)}
+                                    "text": layout.text + _replica_lines(layout)
+                                    + (global_views.attribute(result, layout) if layout.labels
+                                       else layouts.attribute(result, layout.view_side))}
         if views is not None:
             views.cleanup()
     if output_dir is not None:
@@ -101,6 +109,14 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
         if layout is not None:
             print("\n".join(result.options["layout"]["text"]), file=sys.stdout)
     return result
+
+
+def _replica_lines(layout) -> list:
+    """The replica check of the many-rank side(s) of a layout compare, as its text lines."""
+    from .explain.replicas import check_units, replicas_text
+
+    return [f"  replicas {label}{line}" for label, units in layout.replica_units
+            for line in replicas_text(check_units(units)).splitlines()]
 
 
 def _labels(units) -> str:

@@ -4,7 +4,7 @@ A DTensor's summary is its local shard's, in msprobe's fields (``shape`` is the 
 ``Max``/``Min``/``Mean``/``Norm`` the local shard's), plus an additive ``dtensor`` block::
 
     "dtensor": {"global_shape": [8, 16], "placements": ["Shard(0)"], "mesh_shape": [2],
-                "mesh_dim_names": null, "coordinate": [1],
+                "mesh_dim_names": null, "coordinate": [1], "mesh_ranks": [0, 1],
                 "local": {"count": 64, "sum": ..., "sum_sq": ..., "max": ..., "min": ...,
                           "nan": 0, "inf": 0}}
 
@@ -12,6 +12,9 @@ Placements: ``Shard(d)``, ``StridedShard(d, sf=k)`` (FSDP2 over TP: a shard made
 chunks of dimension d), ``Replicate()``, ``Partial(op)`` (a pending reduction), ``MaskPartial(op)``
 (a vocabulary-parallel embedding's output: a pending sum whose local shards still hold the rows
 that the reduction masks out; neither its statistics nor its Mean merge).
+``mesh_ranks`` lists the global ranks of the mesh in its row-major order (the coordinates' ranks):
+on a 2-D job a sub-mesh's groups (e.g. tensor-parallel peers that are not contiguous ranks) are
+read from it rather than guessed from the rank order.
 ``local`` holds statistics that merge exactly: counts and sums add, extremes combine. So the
 global value's Max/Min/Mean/Norm follow from the shards of one record across ranks
 (``merge_shards``), uneven shards included, without the tensors.
@@ -36,11 +39,15 @@ def is_shard(placement: str) -> bool:
 
 
 def dtensor_block(global_shape: List[int], placements: List[str], mesh_shape: List[int],
-                  mesh_dim_names: Optional[Sequence[str]], coordinate: Optional[Sequence[int]]) -> dict:
+                  mesh_dim_names: Optional[Sequence[str]], coordinate: Optional[Sequence[int]],
+                  mesh_ranks: Optional[Sequence[int]] = None) -> dict:
     """The ``dtensor`` block of a summary, before its local statistics are known."""
-    return {"global_shape": global_shape, "placements": placements, "mesh_shape": mesh_shape,
-            "mesh_dim_names": list(mesh_dim_names) if mesh_dim_names else None,
-            "coordinate": list(coordinate) if coordinate is not None else None}
+    block = {"global_shape": global_shape, "placements": placements, "mesh_shape": mesh_shape,
+             "mesh_dim_names": list(mesh_dim_names) if mesh_dim_names else None,
+             "coordinate": list(coordinate) if coordinate is not None else None}
+    if mesh_ranks is not None:
+        block["mesh_ranks"] = [int(r) for r in mesh_ranks]
+    return block
 
 
 def shard_stats(row: Sequence[float], count: int) -> Tuple[Tuple[Any, Any, Any, Any], dict]:

@@ -112,6 +112,15 @@ def _is_traced(t: torch.Tensor) -> bool:
         torch._is_functional_tensor(t)
 
 
+def _mesh_ranks(mesh: Any) -> Optional[List[int]]:
+    """The global ranks of a device mesh, row-major (which ranks form a sub-mesh's groups)."""
+    ranks = getattr(mesh, "mesh", None)
+    if not isinstance(ranks, torch.Tensor):
+        return None
+    with internal():
+        return [int(r) for r in ranks.reshape(-1).tolist()]
+
+
 def _placement(p: Any) -> str:
     """A placement as dumpfmt.shards names it."""
     split = getattr(p, "split_factor", None)       # _StridedShard (FSDP2 over TP): interleaved chunks
@@ -159,7 +168,7 @@ class TorchAdapter:
         local = t._local_tensor
         return {"type": "torch.Tensor", "dtype": self._dtype_names[local.dtype], "shape": list(local.shape),
                 "dtensor": dtensor_block(list(t.shape), [_placement(p) for p in t.placements], list(mesh.shape),
-                                         mesh.mesh_dim_names, mesh.get_coordinate())}
+                                         mesh.mesh_dim_names, mesh.get_coordinate(), _mesh_ranks(mesh))}
 
     def requires_grad(self, t: torch.Tensor) -> bool:
         return t.requires_grad

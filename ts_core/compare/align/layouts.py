@@ -35,9 +35,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ...dumpfmt import DTENSOR, DumpUnit, is_tensor_summary, merge_shards, parse_key, rank_number
 from ..errors import DumpFormatError
+from . import shard_tensors
+from .tiles import MERGED, at as _at, entry_leaf, concat_shape as _concat_shape, leaves as _leaves, set_at as _set, \
+    submesh_groups as _submesh_groups, tile_dim as _tile_dim
 
 SAME, SPLIT = "same-batch", "split-batch"
-MERGED, OWN = "merged", "own"
+OWN = "own"
 _STATS = ("Max", "Min", "Mean", "Norm")
 
 
@@ -49,7 +52,10 @@ class Layout:
     pairs: List[Tuple[DumpUnit, DumpUnit]]
     text: List[str] = field(default_factory=list)
     counts: Dict[str, int] = field(default_factory=dict)
-    view_side: int = 1          # which member of each pair is the view (0: golden, 1: target)
+    view_side: int = 1          # which member of each pair is the view (0: golden, 1: target, 2: both)
+    labels: List[str] = field(default_factory=list)     # each pair's rank label, when both are views
+    # the many-rank dumps whose replicas the compare checks (explain/replicas.py): (label, units)
+    replica_units: List[Tuple[str, List[DumpUnit]]] = field(default_factory=list)
 
 
 def applies_either_way(golden: List[DumpUnit], target: List[DumpUnit]) -> bool:
@@ -104,13 +110,21 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
         rules.add(rule)
         shards = data_shards(datas) if rule == SPLIT and not forced else len(datas)
         n_shards.add(shards)
+        partitions = job_partitions(datas)
+        tensors = shard_tensors.is_tensor_task(t_docs)
+        dirs = [shard_tensors.tensor_dir(d, u.json_path) for d, u in zip(t_docs, units)]
+        assembled: Dict[Tuple, Any] = {}
         for r, (u, doc) in enumerate(zip(units, t_docs)):
             if only is not None and rank_number(u.rank) not in only:
                 continue
-            view, c = build_view(g_data, datas, r, rule, shards)
+            view, c = build_view(g_data, datas, r, rule, shards, partitions)
             for k, v in c.items():
                 counts[k] = counts.get(k, 0) + v
             out = work_dir / (u.json_path.parent.parent.name if u.step is not None else "step") / u.rank
+            if tensors:         # task tensor: merged values get their global tensor, assembled from the shards
+                n_t = shard_tensors.attach(view, datas, dirs, 1.0 / shards if rule == SPLIT else 1.0, out, assembled,
+                                           [x.rank for x in units])
+                counts["global tensors assembled"] = counts.get("global tensors assembled", 0) + n_t
             v_unit = _write_view(doc, view, u, out)
             pairs.append((v_unit, g) if reverse else (g, v_unit))
     rule = "/".join(sorted(rules)) or SAME
@@ -127,11 +141,8 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
                     f"values scaled by 1/{scale} (each rank's loss averages its own shard); replicated values "
                     "(parameters, reduced gradients) compared rank by rank")
     text.append("  values: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
-    from ..explain.replicas import check_units, replicas_text
-
-    replicas = check_units([u for us in t_steps.values() for u in us])
-    text.extend("  replicas " + line for line in replicas_text(replicas).splitlines())
-    return Layout(rule, pairs, text, counts, view_side=1 - int(reverse))
+    return Layout(rule, pairs, text, counts, view_side=1 - int(reverse),
+                  replica_units=[("", [u for us in t_steps.values() for u in us])])
 
 
 # ---------------------------------------------------------------- reading
@@ -156,25 +167,6 @@ def _strip_wrapper(data: Dict[str, Any], golden: Dict[str, Any]) -> Dict[str, An
                 continue        # the wrapped model itself, which the single run records as no module
         out[k] = v
     return out
-
-
-def _leaves(value: Any, path: Tuple = ()) -> List[Tuple[Tuple, dict]]:
-    if isinstance(value, dict):
-        if is_tensor_summary(value):
-            return [(path, value)]
-        return [x for k, v in value.items() for x in _leaves(v, path + (k,))]
-    if isinstance(value, list):
-        return [x for i, v in enumerate(value) for x in _leaves(v, path + (i,))]
-    return []
-
-
-def _at(value: Any, path: Tuple) -> Any:
-    for p in path:
-        try:
-            value = value[p]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return value
 
 
 def _first_input_versions(datas: List[Dict[str, Any]]) -> int:
@@ -223,70 +215,57 @@ def _summary(like: dict, shape: List[int], count: int, total: float, squares: fl
     return out
 
 
-def _tile_dim(shapes: List[list], golden: list) -> Optional[int]:
-    """The dimension along which the ranks' shapes concatenate to the golden shape."""
-    if any(not isinstance(s, list) or len(s) != len(golden) for s in shapes) or not golden:
-        return None
-    for d in range(len(golden)):
-        if all(s[:d] + s[d + 1:] == golden[:d] + golden[d + 1:] for s in shapes) \
-                and sum(s[d] for s in shapes) == golden[d]:
-            return d
-    return None
-
-
 def _same(a: dict, b: dict) -> bool:
     return a.get("shape") == b.get("shape") and all(a.get(k) == b.get(k) for k in _STATS)
 
 
-def _grid_tiles(leaves: List[dict], golden: list) -> Optional[Tuple[List[dict], int, int]]:
-    """A 2-D mesh (ranks ``g*k .. g*k+k-1`` one inner group, e.g. the tensor-parallel peers of one
-    data-parallel group): each inner group's values are one replica or tiles along one dimension,
-    and the groups' results tile the golden shape. Returns the distinct tiles (each counted once),
-    the inner and the outer dimension (-1: replicated within the group)."""
+def _grid_tiles(leaves: List[dict], golden: list, partitions: Optional[List[List[List[int]]]] = None
+                ) -> Optional[Tuple[List[dict], int, int]]:
+    """A 2-D mesh: each inner group (the recorded sub-meshes' ranks in `partitions`, e.g. the
+    tensor-parallel peers of one data-parallel group, contiguous or not; else contiguous blocks
+    ``g*k .. g*k+k-1``) holds one replica or tiles along one dimension, and the groups' results
+    tile the golden shape. Returns the distinct tiles (each counted once), the inner and the
+    outer dimension (-1: replicated within the group)."""
     n = len(leaves)
-    for k in range(2, n):
-        if n % k:
-            continue
-        tiles, inner, shapes = [], None, []
-        for g in range(n // k):
-            group = leaves[g * k:(g + 1) * k]
-            if all(_same(s, group[0]) for s in group):
-                d, shape = -1, group[0].get("shape")
-            else:
-                gs = [s.get("shape") for s in group]
-                if any(not isinstance(x, list) or len(x) != len(golden) for x in gs):
-                    break
-                d = next((i for i in range(len(golden)) if all(x[:i] + x[i + 1:] == gs[0][:i] + gs[0][i + 1:]
-                                                                for x in gs)), None)
-                if d is None:
-                    break
-                shape = gs[0][:d] + [sum(x[d] for x in gs)] + gs[0][d + 1:]
-            if inner not in (None, d):
-                break
-            inner = d
-            shapes.append(shape)
-            tiles.extend(group[:1] if d == -1 else group)
-        else:
+    blocks = [[list(range(g * k, (g + 1) * k)) for g in range(n // k)] for k in range(2, n) if not n % k]
+    for partition in list(partitions or []) + blocks:
+        groups = [[leaves[i] for i in members] for members in partition]
+        replicas = [all(_same(s, g[0]) for s in g) for g in groups]
+        if all(replicas):
+            shapes = [g[0].get("shape") for g in groups]
             outer = _tile_dim(shapes, golden)
             if outer is not None:
-                return tiles, inner, outer
+                return [g[0] for g in groups], -1, outer
+            continue
+        if any(replicas):
+            continue
+        for inner in range(len(golden)):        # the dimension each group's members tile
+            shapes = [_concat_shape([s.get("shape") for s in g], inner, len(golden)) for g in groups]
+            if any(sh is None for sh in shapes):
+                continue
+            outer = _tile_dim(shapes, golden)
+            if outer is not None:
+                return [s for g in groups for s in g], inner, outer
     return None
 
 
-def _submesh_groups(leaves: List[dict]) -> Optional[List[List[int]]]:
-    """The rank groups of a DTensor whose mesh is smaller than the job (contiguous blocks: the inner
-    dimension of a 2-D mesh; or strided: its outer one), found from the coordinates: each group
-    holds every coordinate of the mesh once. None when the mesh spans every rank."""
-    n = len(leaves)
-    blocks = [s[DTENSOR] for s in leaves]
-    m = math.prod(blocks[0].get("mesh_shape") or [n])
-    if m >= n or n % m or any(math.prod(b.get("mesh_shape") or [n]) != m for b in blocks):
-        return None
-    for groups in ([list(range(g * m, (g + 1) * m)) for g in range(n // m)],
-                   [list(range(j, n, n // m)) for j in range(n // m)]):
-        if all(len({tuple(blocks[i].get("coordinate") or ()) for i in g}) == m for g in groups):
-            return groups
-    return None
+def job_partitions(datas: List[Dict[str, Any]]) -> List[List[List[int]]]:
+    """The rank groups of the job's recorded sub-meshes (e.g. its tensor-parallel groups): the
+    candidates for a plain value's 2-D tiling, read from the DTensor blocks of every rank."""
+    n = len(datas)
+    found: Dict[Tuple, set] = {}
+    for data in datas:
+        for rec in data.values():
+            for _, leaf in _leaves(rec):
+                block = leaf.get(DTENSOR)
+                ranks = block.get("mesh_ranks") if block else None
+                if isinstance(ranks, list) and 1 < len(ranks) < n:
+                    found.setdefault((tuple(block.get("mesh_dim_names") or ()), len(ranks)), set()).add(tuple(ranks))
+    out = []
+    for groups in found.values():
+        if sorted(r for g in groups for r in g) == list(range(n)):
+            out.append([list(g) for g in sorted(groups)])
+    return out
 
 
 def _merge_means(parts: List[dict], own: dict, golden: Optional[dict], rule: str, backward: bool,
@@ -314,8 +293,10 @@ def _merge_means(parts: List[dict], own: dict, golden: Optional[dict], rule: str
 
 
 def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, backward: bool,
-                 shards: Optional[int] = None) -> Tuple[dict, str]:
-    """The value of rank `r` as the view shows it, and how it was made."""
+                 shards: Optional[int] = None, partitions: Optional[List[List[List[int]]]] = None
+                 ) -> Tuple[dict, str]:
+    """The value of rank `r` as the view shows it, and how it was made (`partitions`: the job's
+    recorded sub-mesh groups, for plain values tiled over a 2-D mesh)."""
     own = leaves[r]
     n = len(leaves)
     if DTENSOR in own:
@@ -330,7 +311,7 @@ def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, 
                     per_rank[i] = _merge_value(members, j, None, SAME, False)[0]
             if any(s.get("Max") is None for s in per_rank):      # Partial: Means, tiled across the groups
                 return _merge_means([per_rank[g[0]] for g in groups], per_rank[r], golden, rule, backward, shards)
-            value, how = _merge_value(per_rank, r, golden, rule, backward, shards)
+            value, how = _merge_value(per_rank, r, golden, rule, backward, shards, [groups] + list(partitions or []))
             return value, "DTensor merged (sub-mesh)" + ("" if how == "own" else " + " + how)
         merged = merge_shards(leaves)
         block = own[DTENSOR]
@@ -372,7 +353,7 @@ def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, 
     d = _tile_dim(shapes, g_shape)
     how = f"tiles merged (dim {d})"
     if d is None:
-        grid = _grid_tiles(leaves, g_shape)
+        grid = _grid_tiles(leaves, g_shape, partitions)
         if grid is None:
             return own, "own"
         leaves, inner, outer = grid
@@ -389,7 +370,8 @@ def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, 
 
 
 def build_view(golden: Dict[str, Any], datas: List[Dict[str, Any]], r: int, rule: str,
-               shards: Optional[int] = None) -> Tuple[Dict[str, Any], Dict[str, int]]:
+               shards: Optional[int] = None, partitions: Optional[List[List[List[int]]]] = None
+               ) -> Tuple[Dict[str, Any], Dict[str, int]]:
     """Rank `r`'s records with every tensor value as comparable with the single run's (split
     batch: `shards` batch shards, default one per rank, scale the backward tiles)."""
     counts: Dict[str, int] = {}
@@ -400,7 +382,14 @@ def build_view(golden: Dict[str, Any], datas: List[Dict[str, Any]], r: int, rule
         for path, _ in _leaves(rec):
             leaves = [_at(d.get(key), path) for d in datas]
             if all(is_tensor_summary(x) for x in leaves):
-                value, how = _merge_value(leaves, r, _at(golden.get(key), path), rule, backward, shards)
+                g_leaf = _at(golden.get(key), path)
+                value, how = _merge_value(leaves, r, g_leaf, rule, backward, shards, partitions)
+                if how == "own" and not _same_shape(g_leaf, leaves[r]):
+                    for near in _shifted(golden, key, path):      # the ranks' call counters shifted
+                        value, how = _merge_value(leaves, r, near, rule, backward, shards, partitions)
+                        if how != "own":
+                            how += " (shape of a shifted call)"
+                            break
             else:       # a call the other ranks did not make alike: the rank's own value
                 value, how = leaves[r], "own"
             counts[how] = counts.get(how, 0) + 1
@@ -409,10 +398,29 @@ def build_view(golden: Dict[str, Any], datas: List[Dict[str, Any]], r: int, rule
     return view, counts
 
 
-def _set(value: Any, path: Tuple, leaf: Any) -> None:
-    for p in path[:-1]:
-        value = value[p]
-    value[path[-1]] = leaf
+_COUNTED = re.compile(r"^(?P<api>.+)\.(?P<n>\d+)\.(?P<dir>forward|backward)$")
+
+
+def _same_shape(golden: Optional[dict], leaf: dict) -> bool:
+    return isinstance(golden, dict) and golden.get("shape") == leaf.get("shape")
+
+
+def _shifted(golden: Dict[str, Any], key: str, path: Tuple, reach: int = 2) -> List[dict]:
+    """The same value of the same API's nearest calls in the single run (counter +-1, +-2): where
+    a parallel run makes extra calls of an API (a redistribute, a collective's reshape), its
+    counters run ahead and the exact key names another call. Only the global shape is taken from
+    it, so a wrong neighbour can make no value pass: the tiles still have to make that shape."""
+    m = _COUNTED.match(key)
+    if not m:
+        return []
+    n = int(m.group("n"))
+    out = []
+    for d in sorted(range(-reach, reach + 1), key=abs):
+        other = f"{m.group('api')}.{n + d}.{m.group('dir')}"
+        leaf = _at(golden.get(other), path) if d and n + d >= 0 else None
+        if isinstance(leaf, dict):
+            out.append(leaf)
+    return out
 
 
 def _write_view(doc: dict, view: Dict[str, Any], unit: DumpUnit, out: Path) -> DumpUnit:
@@ -422,8 +430,8 @@ def _write_view(doc: dict, view: Dict[str, Any], unit: DumpUnit, out: Path) -> D
         if (src / name).is_file():
             shutil.copyfile(src / name, out / name)
     header = {k: v for k, v in doc.items() if k != "data"}
-    if not header.get("dump_data_dir"):
-        header["dump_data_dir"] = str(src / "dump_tensor_data")
+    # the rank's own tensor files, where they are (a recorded dump_data_dir may be relative to the job's cwd)
+    header["dump_data_dir"] = str(shard_tensors.tensor_dir(doc, unit.json_path).resolve())
     with open(out / "dump.json", "w") as f:
         json.dump({**header, "data": view}, f)
     return DumpUnit(unit.step, unit.rank, out / "dump.json")
@@ -432,18 +440,35 @@ def _write_view(doc: dict, view: Dict[str, Any], unit: DumpUnit, out: Path) -> D
 # ---------------------------------------------------------------- the verdict, per rank
 
 def _merged_row(view_path: str, key: str, arg: str) -> bool:
-    from ...dumpfmt import record_entries
-
     try:
         data = _load(Path(view_path))["data"]
     except DumpFormatError:
         return False
-    rec = data.get(key)
-    info = parse_key(key) if rec is not None else None
-    for e in record_entries(rec, bool(info and info.kind == "parameters_grad")):
-        if e.arg == arg and isinstance(e.leaf, dict):
-            return e.leaf.get("layout") == MERGED
-    return False
+    leaf = entry_leaf(data, key, arg)
+    return bool(leaf) and leaf.get("layout") == MERGED
+
+
+def tensor_named(pairs: list, fd: Any, view_side: int, rows: list) -> Optional[str]:
+    """Task tensor: the ranks whose shard of a failing merged value differs from the other run's
+    global tensor in their region (shard_tensors.bad_regions), in words; None when that cannot be
+    told (statistics only, or a value without regions)."""
+    docs: Dict[str, dict] = {}
+
+    def doc(path: str) -> dict:
+        if path not in docs:
+            docs[path] = _load(Path(path))
+        return docs[path]
+    for p in pairs:
+        view, other = (p.target, p.golden) if view_side else (p.golden, p.target)
+        for row in sorted(rows, key=lambda r: r.order):
+            vkey, okey = (row.target_key, row.golden_key) if view_side else (row.golden_key, row.target_key)
+            leaf = entry_leaf(doc(view)["data"], vkey or fd.key, row.arg)
+            ref = entry_leaf(doc(other)["data"], okey or fd.key, row.arg)
+            bad = shard_tensors.name_shards(leaf, ref, Path(other).parent / "dump_tensor_data",
+                                            doc(other).get("dump_data_dir"))
+            if bad:
+                return shard_tensors.shards_text(bad, row.name)
+    return None
 
 
 def attribute(result, view_side: int = 1) -> List[str]:
@@ -475,9 +500,22 @@ def attribute(result, view_side: int = 1) -> List[str]:
             continue
         found.sort(key=lambda x: (x[1], x[0]))
         first = found[0]
+        alike = [f[2] for f in found if f[0] == 0 and f[1] == first[1] and f[3].key == first[3].key]
+        if first[0] == 0 and len(alike) > 1:        # every such rank's own copy differs: no one rank to blame
+            lines.append(f"{label}first divergence {first[3].key} on {', '.join(alike)} ({first[4]}, each rank's own "
+                         "value, differs on each of them)")
+            continue
         if first[0] == 0:
             lines.append(f"{label}first divergence {first[3].key} on {first[2]} ({first[4]}, that rank's own value)")
+            continue
+        fd = first[3]
+        rows = [r for p in pairs for r in p.rows if r.verdict == ERROR
+                and (r.golden_key == fd.key or (r.target_key and r.target_key == fd.target_key))]
+        named = tensor_named([p for p in pairs if p.first_divergence is not None], fd, view_side, rows)
+        if named:
+            lines.append(f"{label}first divergence {fd.key} on a value merged across ranks, on {named}")
         else:
-            lines.append(f"{label}first divergence {first[3].key} on a value merged across ranks: "
-                         f"the rank is not known from statistics ({', '.join(sorted({f[2] for f in found}))} see it)")
+            lines.append(f"{label}first divergence {fd.key} on a value merged across ranks: "
+                         f"the rank is not known from statistics ({', '.join(sorted({f[2] for f in found}))} see it); "
+                         "a task tensor dump names the rank whose shard differs")
     return lines
