@@ -63,7 +63,7 @@ def test_large_trees_keep_modules_failures_and_the_path_to_the_first(pair):
 
 
 def test_without_construct_modules_nest_by_path(pair):
-    tree = build_tree(pair, construct={})
+    tree = build_tree(pair, construct={}, target_construct={})
     by_key = {n[6]: i for i, n in enumerate(tree["nodes"])}
     act = tree["nodes"][by_key["Module.layers.1.act.GELU.forward.0"]]
     assert tree["nodes"][act[1]][6] == "Module.layers.1.Block.forward.0"
