@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -33,7 +34,8 @@ _COLUMNS = ["order", "verdict", "direction", "name", "target_key", "mode", "gold
             "max_diff", "min_diff", "mean_diff", "norm_diff", "md5_equal", "golden_value", "target_value",
             "golden_nan", "target_nan", "golden_inf", "target_inf", "reason"]
 _ALWAYS = {"order", "verdict", "direction", "name", "mode", "reason"}
-_HIDDEN_DATA = ["golden_key"]        # carried for the tree filter, not shown
+# what the script needs of every row, shown or not (the tree filter, the chart)
+_DATA = ["order", "verdict", "direction", "golden_key", "target_key"]
 _STATS = ("max", "min", "mean", "norm")
 
 _STYLE = """
@@ -93,7 +95,7 @@ const D = JSON.parse(document.getElementById('data').textContent);
 const T = D.trees, cols = D.columns, rows = D.rows, shown = D.shown;
 const C = Object.fromEntries(cols.map((c,i)=>[c,i]));
 let unit = D.unit, open = new Set(), unfold = new Set(), sel = null, sortCol = C.order, sortAsc = true;
-let openGroups = new Set([D.unit]);
+let openGroups = new Set([D.unit]), LIMIT = 400;   // rows drawn; 'more' draws more (a big table is slow to lay out)
 function esc(s){ return String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c])); }
 function fe(v){ return v===null||v===undefined?'':(v==='inf'||v>=1e30?'inf':Number(v).toExponential(2)); }
 function kidsOf(t){ if(t.kids) return t.kids; const k={}; t.nodes.forEach((n,i)=>{ if(n[1]>=0) (k[n[1]]=k[n[1]]||[]).push(i); });
@@ -195,7 +197,7 @@ function table(){ const q=document.getElementById('q').value.toLowerCase(), v=do
   const sc=sortCol, dir=sortAsc?1:-1;
   const cmp=(a,b)=>{ let x=a[sc], y=b[sc]; if(x===y) return 0; if(x===null) return 1; if(y===null) return -1; return (x<y?-1:1)*dir; };
   let h='<tr>'+shown.map(c=>`<th data-c="${c}">${esc(c.replace(/_/g,' '))}${C[c]===sortCol?(sortAsc?' &#9650;':' &#9660;'):''}</th>`).join('')+'</tr>';
-  let total=0, drawn=0; const LIMIT=2000;
+  let total=0, drawn=0;
   groups.forEach((g,u)=>{ if(!g.length) return; total+=g.length; g.sort(cmp);
     const ne=g.filter(r=>r[C.verdict]==='error').length, nw=g.filter(r=>r[C.verdict]==='warning').length, isOpen=openGroups.has(u);
     h+=`<tr class="grp" data-u="${u}"><td colspan="${shown.length}">${isOpen?'&#9662;':'&#9656;'} ${esc(T[u].label)} · ${g.length} values`+
@@ -205,14 +207,15 @@ function table(){ const q=document.getElementById('q').value.toLowerCase(), v=do
       h+=`<tr class="${r[C.verdict]}">`+shown.map(c=>{ const x=r[C[c]], s=c==='target_key'&&x===r[C.golden_key]?'=':esc(fmt(x));
         const cl=[typeof x==='number'?'num':'', c==='verdict'?'v':'', c.startsWith('golden_')?'g':c.startsWith('target_')?'tg':''].join(' ');
         return `<td class="${cl}" title="${s}">${s}</td>`; }).join('')+'</tr>'; } });
-  document.getElementById('n').textContent=`${total} rows`+(drawn>=LIMIT?` (first ${LIMIT} drawn: filter to see others)`:'');
+  document.getElementById('n').innerHTML=`${total} rows`+(drawn>=LIMIT?` (${LIMIT} drawn: filter, or <button id="more">draw 2000 more</button>)`:'');
+  if(drawn>=LIMIT) document.getElementById('more').onclick=()=>{ LIMIT+=2000; table(); };
   const t=document.getElementById('t'); t.innerHTML=h;
   t.querySelectorAll('th').forEach(th=>th.onclick=()=>{ const i=C[th.dataset.c]; sortAsc=(i===sortCol)?!sortAsc:true; sortCol=i; table(); });
   t.querySelectorAll('tr.grp').forEach(tr=>tr.onclick=()=>{ const u=+tr.dataset.u; if(openGroups.has(u)) openGroups.delete(u); else openGroups.add(u); table(); }); }
 document.getElementById('q').oninput=table; document.getElementById('v').onchange=table;
 if(D.heat) document.getElementById('hd').onchange=heat;
 openFirst(); units(); tree(); chart(); heat(); table();
-window.tsprobeRendered = performance.now();
+window.tsprobeRendered = Date.now() - performance.timing.navigationStart;   // ms, for tests to report
 """
 
 
@@ -333,6 +336,13 @@ def headline(result: CompareResult) -> str:
     return "".join(boxes)
 
 
+def _cell(v: Any) -> Any:
+    """A table cell for JSON: most are None, text or a finite float (json_safe only when not)."""
+    if v is None or type(v) in (str, int, bool) or (type(v) is float and math.isfinite(v)):
+        return v
+    return _clean(v)
+
+
 def page_data(result: CompareResult, max_rows: int = 20000) -> Dict[str, Any]:
     """What the page's script draws: the trees, the rows (with their step/rank unit), the
     columns to show (those the comparison filled), the heat-map."""
@@ -340,20 +350,24 @@ def page_data(result: CompareResult, max_rows: int = 20000) -> Dict[str, Any]:
     all_rows = [(unit_of[id(p)], r) for p in result.pairs for r in p.rows]
     kept_ids = {id(r) for r in _select_rows([r for _, r in all_rows], max_rows)}
     kept = [(u, r) for u, r in all_rows if id(r) in kept_ids]
-    filled = {c for c in _COLUMNS if any(getattr(r, c) is not None for _, r in kept)}
+    empty = set(_COLUMNS) - _ALWAYS
+    for _, r in kept:
+        if not empty:
+            break
+        empty = {c for c in empty if getattr(r, c) is None}
     if all(r.target_key in (None, r.golden_key) for _, r in kept):
-        filled.discard("target_key")            # same keys on both sides: the column repeats `name`
-    shown = [c for c in _COLUMNS if c in filled or c in _ALWAYS]
-    columns = _COLUMNS + _HIDDEN_DATA + ["unit", "error"]
-    rows = [[_clean(getattr(r, c)) for c in _COLUMNS + _HIDDEN_DATA] + [u, _clean(r.error_measure)] for u, r in kept]
-    tree_data = trees(result.pairs)
+        empty.add("target_key")            # same keys on both sides: the column repeats `name`
+    shown = [c for c in _COLUMNS if c not in empty]
+    data_cols = list(dict.fromkeys(shown + _DATA))
+    rows = [[_cell(getattr(r, c)) for c in data_cols] + [u, _cell(r.error_measure)] for u, r in kept]
+    tree_data = _clean(trees(result.pairs))
     fd = result.first_divergence
     for t, p in zip(tree_data, result.pairs):
         f = p.first_divergence
         t["first_order"] = next((r.order for r in p.rows if f and r.name == f.tensor), None)
     unit = next((i for i, p in enumerate(result.pairs) if fd is not None and p.first_divergence is fd), 0)
-    return {"columns": columns, "shown": shown, "rows": rows, "trees": tree_data, "unit": unit,
-            "heat": heatmap(tree_data), "total_rows": len(all_rows)}
+    return {"columns": data_cols + ["unit", "error"], "shown": shown, "rows": rows, "trees": tree_data,
+            "unit": unit, "heat": _clean(heatmap(tree_data)), "total_rows": len(all_rows)}
 
 
 def write_html(result: CompareResult, path: Path, max_rows: int = 20000) -> None:
@@ -370,7 +384,7 @@ def write_html(result: CompareResult, path: Path, max_rows: int = 20000) -> None
             "(columns) in each step/rank (rows); click a cell to open it in the tree "
             "<select id='hd'><option>forward</option><option>backward</option></select></div><div id='heat'></div>"
             ) if data["heat"] else ""
-    payload = json.dumps(_clean(data)).replace("</", "<\\/")
+    payload = json.dumps(data).replace("</", "<\\/")
     doc = f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>tsprobe compare: {esc(result.verdict)}</title>
 <style>{_STYLE}</style></head><body>
 <h1>tsprobe compare <span class="badge {esc(result.verdict)}" id="verdict">{esc(result.verdict.upper())}</span></h1>
