@@ -75,8 +75,8 @@ def test_headline_shows_the_first_divergence_on_both_sides_and_the_diagnosis(bro
     row = next(r for r in result.pairs[0].rows if r.name == fd.tensor)
     stats = page.js("[...document.querySelectorAll('#headline table.mini tr')].map(tr => "
                     "[...tr.children].map(td => td.textContent))")
-    assert stats[1][0] == "golden" and float(stats[1][1]) == pytest.approx(row.golden_max, rel=1e-5)
-    assert stats[2][0] == "target" and float(stats[2][4]) == pytest.approx(row.target_norm, rel=1e-5)
+    assert stats[1][0] == "golden" and float(stats[1][1]) == pytest.approx(row.golden_max, rel=1e-4)
+    assert stats[2][0] == "target" and float(stats[2][4]) == pytest.approx(row.target_norm, rel=1e-4)
     assert row.golden_max != row.target_max
     # the diagnosis, best first, each with its evidence; the 4th behind "more"
     items = page.js("[...document.querySelectorAll('#diagnosis > ol > li')].map(li => li.innerText)")

@@ -50,7 +50,7 @@ code{font-size:.92em} .muted{color:#656d76} .small{font-size:.85em}
 .card.head.warning{border-left-color:#bf8700}
 .calls{font-size:1.05em;margin:.25em 0} .calls code{background:#eef1f4;padding:.1em .35em;border-radius:4px}
 .arrow{color:#656d76;margin:0 .4em}
-.grid2{display:grid;grid-template-columns:minmax(0,1.2fr) minmax(0,1fr);gap:1em}
+.grid2{display:grid;grid-template-columns:minmax(0,1.4fr) minmax(0,1fr);gap:1em}
 table.mini{border-collapse:collapse;font-size:.82em;margin:.3em 0} table.mini td,table.mini th{border:1px solid #d8dee4;
   padding:1px 7px;text-align:right;font-family:monospace} table.mini th{background:#eef1f4;font-family:system-ui}
 table.mini td:first-child,table.mini th:first-child{text-align:left;font-family:system-ui}
@@ -82,7 +82,7 @@ ol.dx{margin:.3em 0;padding-left:1.4em} ol.dx li{margin:.35em 0}
   transform:rotate(180deg);height:9em;text-align:left;padding:.2em 0}
 .tools{margin:.3em 0} .chip{background:#ddf4ff;border:1px solid #54aeff;border-radius:1em;padding:0 .6em;font-size:.85em}
 .chip button{border:0;background:none;cursor:pointer;color:#0969da}
-#t{border-collapse:collapse;font-size:.79em} #t th,#t td{border:1px solid #d8dee4;padding:1px 5px;white-space:nowrap;
+#tablebox{max-height:75vh;overflow:auto;border:1px solid #d0d7de} #t{border-collapse:collapse;font-size:.79em} #t th,#t td{border:1px solid #d8dee4;padding:1px 5px;white-space:nowrap;
   max-width:26em;overflow:hidden;text-overflow:ellipsis}
 #t th{cursor:pointer;background:#eef1f4;position:sticky;top:0;z-index:1} #t td.num{text-align:right;font-family:monospace}
 #t tr.grp td{background:#f6f8fa;font-weight:600;cursor:pointer;border-top:2px solid #d0d7de}
@@ -235,11 +235,11 @@ def _where(step: Optional[int], rank: str) -> str:
     return "/".join(x for x in (f"step{step}" if step is not None else "", rank) if x) or "dump"
 
 
-def _num(v: Any) -> str:
+def _num(v: Any, spec: str = ".6g") -> str:
     if v is None:
         return ""
     if isinstance(v, float):
-        return format(v, ".6g")
+        return format(v, spec)
     return html.escape(str(v))
 
 
@@ -248,11 +248,12 @@ def stats_table(row: Optional[Row]) -> str:
     if row is None or all(getattr(row, f"{s}_{k}") is None for s in ("golden", "target") for k in _STATS):
         return ""
     head = "".join(f"<th>{k.capitalize()}</th>" for k in _STATS)
-    lines = [f"<tr><td>{side}</td>" + "".join(f"<td>{_num(getattr(row, f'{side}_{k}'))}</td>" for k in _STATS) + "</tr>"
+    lines = [f"<tr><td>{side}</td>" + "".join(f"<td>{_num(getattr(row, f'{side}_{k}'), '.5g')}</td>" for k in _STATS) + "</tr>"
              for side in ("golden", "target")]
-    lines.append("<tr><td>relative diff</td>" + "".join(f"<td>{_num(getattr(row, f'{k}_rel_diff'))}</td>" for k in _STATS)
+    lines.append("<tr><td>relative diff</td>" + "".join(f"<td>{_num(getattr(row, f'{k}_rel_diff'), '.3g')}</td>" for k in _STATS)
                  + "</tr>")
-    return f"<table class='mini'><tr><th>{html.escape(row.name)}</th>{head}</tr>{''.join(lines)}</table>"
+    return (f"<div class='small muted' title='{html.escape(row.name)}'>statistics of {html.escape(row.arg or row.name)}"
+            f"</div><table class='mini'><tr><th></th>{head}</tr>{''.join(lines)}</table>")
 
 
 def diagnosis_html(diagnosis: List[Dict[str, Any]], shown: int = 3) -> str:
@@ -396,7 +397,7 @@ def write_html(result: CompareResult, path: Path, max_rows: int = 20000) -> None
 <div class="small muted">step/rank <select id="unit"></select> · golden (left) and target (right) on one line per call
 (<code>=</code>: the same name); colour: the worst verdict below; bar: the values below by verdict; layout-only calls and
 calls one side runs alone are folded (click to unfold); click a node to open it and filter the table to it</div>
-<div id="treehead"><span></span><span></span><span>values</span><span>golden</span><span>target</span>
+<div id="treehead"><span></span><span></span><span></span><span>golden</span><span>target</span>
 <span style="text-align:right;padding-right:.5em">worst error</span></div>
 <div id="tree"></div>
 <h2>Error along execution order</h2><svg id="chart" width="980" height="240"></svg>
@@ -404,7 +405,7 @@ calls one side runs alone are folded (click to unfold); click a node to open it 
 <h2>Values</h2>{sampled}<div class="tools">filter <input id="q" size="36" placeholder="text in any shown column">
 <select id="v"><option value="">all verdicts</option><option>error</option><option>warning</option><option>pass</option></select>
 <span id="chip"></span> <span id="n" class="small muted"></span></div>
-<table id="t"></table>
+<div id="tablebox"><table id="t"></table></div>
 <script type="application/json" id="data">{payload}</script>
 <script>{_SCRIPT}</script></body></html>"""
     path.write_text(doc, encoding="utf-8")
