@@ -315,7 +315,8 @@ def headline(result: CompareResult) -> str:
                      f"{esc(p.programs.get('evidence', ''))}</div>")
     if fd:
         golden, target = fd.calls.split(" <-> ")
-        calls = (f"<div class='calls' id='first-calls'><code>{esc(golden)}</code><span class='arrow'>&#8596;</span>"
+        calls = (f"<div class='calls' id='first-calls' title='{esc(fd.calls)}'><code>{esc(golden)}</code>"
+                 f"<span class='arrow'>&#8596;</span>"
                  f"<code>{esc(target)}</code></div>")
         where = f"{esc(_where(fd.step, fd.rank))} · {esc(fd.direction)}" + (
             f" · in <code>{esc(fd.module)}</code>" if fd.module else "")
