@@ -14,11 +14,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ts_core.compare import compare  # noqa: E402
-from ts_core.compare.heatmap import columns, heatmap  # noqa: E402
-from ts_core.compare.html import page_data, tolerance_table  # noqa: E402
-from ts_core.compare.merge import index_columns, load_result  # noqa: E402
-from ts_core.compare.text import terminal_text  # noqa: E402
-from ts_core.compare.tree import build_tree, group_label, layout_only, trees  # noqa: E402
+from ts_core.compare.report.heatmap import columns, heatmap  # noqa: E402
+from ts_core.compare.report.html import page_data, tolerance_table  # noqa: E402
+from ts_core.compare.report.merge import index_columns, load_result  # noqa: E402
+from ts_core.compare.report.text import terminal_text  # noqa: E402
+from ts_core.compare.report.tree import build_tree, group_label, layout_only, trees  # noqa: E402
 
 from compare_models import build, dump_mix as dump  # noqa: E402
 
@@ -74,7 +74,7 @@ def test_csv_carries_both_sides_statistics_as_recorded(run):
 def test_summary_json_has_the_statistics_diagnosis_and_module_grid(run, tmp_path):
     result, _ = run
     result.diagnosis = DIAGNOSIS
-    from ts_core.compare.report import write_summary
+    from ts_core.compare.report.files import write_summary
 
     write_summary(result, tmp_path / "summary.json")
     s = json.load(open(tmp_path / "summary.json"))

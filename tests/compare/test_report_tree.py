@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ts_core.compare import compare  # noqa: E402
-from ts_core.compare.html import write_html  # noqa: E402
+from ts_core.compare.report.html import write_html  # noqa: E402
 
 from browser import CHROMIUM, SKIP_REASON, Browser  # noqa: E402
 from compare_models import dump_mix as dump  # noqa: E402

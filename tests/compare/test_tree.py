@@ -1,4 +1,4 @@
-"""The model tree's data (ts_core/compare/tree.py) on a real comparison: hierarchy from
+"""The model tree's data (ts_core/compare/report/tree.py) on a real comparison: hierarchy from
 construct.json, worst verdicts folded upward, the first divergence, pruning of large trees."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ts_core.compare import compare  # noqa: E402
-from ts_core.compare.tree import build_tree  # noqa: E402
+from ts_core.compare.report.tree import build_tree  # noqa: E402
 
 from compare_models import dump_mix as dump  # noqa: E402
 
@@ -71,7 +71,7 @@ def test_without_construct_modules_nest_by_path(pair):
 
 
 def _row(order, golden_key, target_key, verdict="pass", direction="forward"):
-    from ts_core.compare.result import Row
+    from ts_core.compare.model import Row
 
     return Row(0, "rank", order, direction, golden_key, target_key, "output", "output.0",
                f"{golden_key or target_key}.output.0", "statistics", verdict=verdict)
@@ -81,7 +81,7 @@ def test_groups_and_target_only_calls_sit_inside_their_module():
     """A torch Linear against a MindSpore Dense: the merged MatMul + BiasAdd group and the
     Reshape only MindSpore runs are placed under the golden module (not at the top level), with
     short labels; the Reshape and a view are folded, the group is not."""
-    from ts_core.compare.result import PairResult
+    from ts_core.compare.model import PairResult
 
     fc, dense = "Module.fc.Linear.forward.0", "Cell.fc.Dense.forward.0"
     group = "Primitive.matmul.MatMul.0.forward+Primitive.bias_add.BiasAdd.0.forward"

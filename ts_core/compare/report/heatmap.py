@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from ..dumpfmt import parse_key
-from .verdict import PASS, worse
+from ...dumpfmt import parse_key
+from ..judge.verdict import PASS, worse
 
 MAX_COLUMNS = 40
 

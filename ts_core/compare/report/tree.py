@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from ..dumpfmt import BACKWARD, FORWARD, OTHER, parse_key, read_construct
-from .dataflow import CAST_OPS, QUERY_OPS, VIEW_OPS, op_name
-from .result import PairResult, Row
-from .verdict import ERROR, PASS, WARNING, worse
+from ...dumpfmt import BACKWARD, FORWARD, OTHER, parse_key, read_construct
+from ..align.dataflow import CAST_OPS, QUERY_OPS, VIEW_OPS, op_name
+from ..model import PairResult, Row
+from ..judge.verdict import ERROR, PASS, WARNING, worse
 
 LAYOUT_OPS = QUERY_OPS | VIEW_OPS | CAST_OPS     # change no value: folded away in the tree
 _BAR = {PASS: 0, WARNING: 1, ERROR: 2}

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any, List, Sequence
 
-from ..dumpfmt import json_safe
+from ...dumpfmt import json_safe
+from ..model import CSV_COLUMNS, CompareResult, Row
 from .heatmap import heatmap
-from .result import CSV_COLUMNS, CompareResult, Row
 from .text import terminal_text
 from .tree import trees
 
