@@ -46,8 +46,8 @@ code{font-size:.92em} .muted{color:#656d76} .small{font-size:.85em}
 .badge{display:inline-block;padding:.05em .55em;border-radius:1em;color:#fff;font-size:.85em;vertical-align:middle}
 .badge.pass{background:#1a7f37} .badge.warning{background:#bf8700} .badge.error{background:#cf222e}
 .card{border:1px solid #d0d7de;border-radius:8px;padding:.8em 1em;margin:.7em 0;background:#f6f8fa}
-.card.head{border-left:5px solid #cf222e;background:#fff} .card.head.pass{border-left-color:#1a7f37}
-.card.head.warning{border-left-color:#bf8700}
+.card.head{border-left:5px solid #cf222e;background:#fff} .card.head.v-pass{border-left-color:#1a7f37}
+.card.head.v-warning{border-left-color:#bf8700}
 .calls{font-size:1.05em;margin:.25em 0} .calls code{background:#eef1f4;padding:.1em .35em;border-radius:4px}
 .arrow{color:#656d76;margin:0 .4em}
 .grid2{display:grid;grid-template-columns:minmax(0,1.4fr) minmax(0,1fr);gap:1em}
@@ -73,7 +73,7 @@ ol.dx{margin:.3em 0;padding-left:1.4em} ol.dx li{margin:.35em 0}
 .bar{display:flex;height:.55em;border-radius:2px;overflow:hidden;background:#eee}
 .bar i{display:block;height:100%} .bar .p{background:#4ac26b} .bar .w{background:#d4a72c} .bar .e{background:#cf222e}
 .tn.pass .dot{background:#1a7f37} .tn.warning .dot{background:#d4a72c} .tn.error .dot{background:#cf222e}
-.tn.error .er{color:#cf222e} .tn.warning .er{color:#9a6700} .tn.root{font-weight:bold;background:#f6f8fa}
+.tn.pass,.tn.warning,.tn.error{color:#1f2328} .tn.fold{color:#656d76} .tn.error .er{color:#cf222e} .tn.warning .er{color:#9a6700} .tn.root{font-weight:bold;background:#f6f8fa}
 .tn.first{background:#ffebe9;outline:2px solid #cf222e;outline-offset:-2px;font-weight:bold}
 .tn.sel{background:#ddf4ff} .tn.fold{color:#656d76;font-style:italic}
 #chart{border:1px solid #d0d7de;background:#fff}
@@ -86,7 +86,7 @@ ol.dx{margin:.3em 0;padding-left:1.4em} ol.dx li{margin:.35em 0}
   max-width:26em;overflow:hidden;text-overflow:ellipsis}
 #t th{cursor:pointer;background:#eef1f4;position:sticky;top:0;z-index:1} #t td.num{text-align:right;font-family:monospace}
 #t tr.grp td{background:#f6f8fa;font-weight:600;cursor:pointer;border-top:2px solid #d0d7de}
-#t tr.error td.v{color:#cf222e;font-weight:bold} #t tr.warning td.v{color:#9a6700} #t tr.pass td.v{color:#1a7f37}
+#t tr.pass,#t tr.warning,#t tr.error{color:#1f2328} #t tr.error td{background:#fff8f8} #t tr.error td.v{color:#cf222e;font-weight:bold} #t tr.warning td.v{color:#9a6700} #t tr.pass td.v{color:#1a7f37}
 #t td.g{background:#fbfdff} #t td.tg{background:#fffdf7}
 """
 
@@ -327,11 +327,11 @@ def headline(result: CompareResult) -> str:
                 f"<div><code>{esc(fd.tensor)}</code>: <b class='{esc(fd.verdict)}'>{esc(fd.verdict)}</b> "
                 f"- {esc(fd.reason)}</div><div class='small muted'>{esc(fd.cause)}</div>{src}{stack}")
         right = stats_table(_first_row(result, fd))
-        boxes.append(f"<div class='card head {esc(fd.verdict)}' id='headline'><div class='grid2'><div>{body}</div>"
+        boxes.append(f"<div class='card head v-{esc(fd.verdict)}' id='headline'><div class='grid2'><div>{body}</div>"
                      f"<div>{right}</div></div>{diagnosis_html(diagnosis)}</div>")
     else:
         note = result.summary().get("first_divergence_note") or "no call introduced an error"
-        boxes.append(f"<div class='card head {esc(result.verdict)}' id='headline'>{esc(note)}"
+        boxes.append(f"<div class='card head v-{esc(result.verdict)}' id='headline'>{esc(note)}"
                      f"{diagnosis_html(diagnosis)}</div>")
     for step in result.ranks.get("steps", []):
         boxes.append(f"<div class='card'><b>Ranks:</b> {esc(step['explanation'])}</div>")
