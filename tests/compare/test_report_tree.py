@@ -196,6 +196,13 @@ def test_a_12_layer_gpt2_over_4_steps_renders(browser, tmp_path, record_property
     heat = page.js("[...document.querySelectorAll('#heat tr')].map(tr => tr.children.length)")
     assert len(heat) == 1 + GPT2_STEPS and heat[0] - 1 >= GPT2_LAYERS
     assert page.js("[...document.querySelectorAll('#heat th.c')].map(t => t.title)").count("transformer.h.5") == 1
+    # a heat-map cell opens its module in the tree, in its step
+    col = page.js("[...document.querySelectorAll('#heat th.c')].map(t => t.title)").index("transformer.h.5")
+    page.click(f'#heat td[data-u="2"][data-c="{col}"]')
+    assert page.js("document.getElementById('unit').value") == "2"
+    assert page.js("document.querySelector('#tree .tn.sel').dataset.k") == "Module.transformer.h.5.GPT2Block.forward.0"
+    assert page.js("document.getElementById('chip').textContent").startswith("only step2/rank")
+    page.js("(() => { const s = document.getElementById('unit'); s.value = '0'; s.dispatchEvent(new Event('change')); })()")
     # statistics mode: both sides' statistics shown, no empty element-wise columns
     cols = page.js("[...document.querySelectorAll('#t th')].map(t => t.dataset.c)")
     assert {"golden_max", "target_max", "golden_norm", "target_norm", "norm_rel_diff"} <= set(cols)
