@@ -1,4 +1,4 @@
-"""The model tree's data (ts_core/compare/tree.py) on a real comparison: hierarchy from
+"""The model tree's data (ts_core/compare/report/tree.py) on a real comparison: hierarchy from
 construct.json, worst verdicts folded upward, the first divergence, pruning of large trees."""
 from __future__ import annotations
 
@@ -63,8 +63,41 @@ def test_large_trees_keep_modules_failures_and_the_path_to_the_first(pair):
 
 
 def test_without_construct_modules_nest_by_path(pair):
-    tree = build_tree(pair, construct={})
+    tree = build_tree(pair, construct={}, target_construct={})
     by_key = {n[6]: i for i, n in enumerate(tree["nodes"])}
     act = tree["nodes"][by_key["Module.layers.1.act.GELU.forward.0"]]
     assert tree["nodes"][act[1]][6] == "Module.layers.1.Block.forward.0"
     assert tree["nodes"][by_key["Functional.gelu.1.forward"]][1] == 0       # calls under their direction
+
+
+def _row(order, golden_key, target_key, verdict="pass", direction="forward"):
+    from ts_core.compare.model import Row
+
+    return Row(0, "rank", order, direction, golden_key, target_key, "output", "output.0",
+               f"{golden_key or target_key}.output.0", "statistics", verdict=verdict)
+
+
+def test_groups_and_target_only_calls_sit_inside_their_module():
+    """A torch Linear against a MindSpore Dense: the merged MatMul + BiasAdd group and the
+    Reshape only MindSpore runs are placed under the golden module (not at the top level), with
+    short labels; the Reshape and a view are folded, the group is not."""
+    from ts_core.compare.model import PairResult
+
+    fc, dense = "Module.fc.Linear.forward.0", "Cell.fc.Dense.forward.0"
+    group = "Primitive.matmul.MatMul.0.forward+Primitive.bias_add.BiasAdd.0.forward"
+    rows = [_row(0, fc, dense, "error"), _row(1, "Functional.linear.0.forward", group, "error"),
+            _row(2, None, "Primitive.reshape.Reshape.0.forward"), _row(3, "Tensor.view.0.forward", None)]
+    pair = PairResult(0, "rank", "", "", rows, None, "")
+    tree = build_tree(pair, construct={fc: None, "Functional.linear.0.forward": fc, "Tensor.view.0.forward": fc},
+                      target_construct={dense: None, "Primitive.matmul.MatMul.0.forward": dense,
+                                        "Primitive.bias_add.BiasAdd.0.forward": dense,
+                                        "Primitive.reshape.Reshape.0.forward": dense})
+    nodes = tree["nodes"]
+    by = {n[6]: n for n in nodes}
+    fc_i = next(i for i, n in enumerate(nodes) if n[6] == fc)
+    assert [n[6] for n in nodes if n[1] == fc_i] == ["Functional.linear.0.forward", "Primitive.reshape.Reshape.0.forward",
+                                                     "Tensor.view.0.forward"]
+    assert by["Functional.linear.0.forward"][7:10] == [group, "MatMul + BiasAdd", 0]
+    assert by["Primitive.reshape.Reshape.0.forward"][0] == "" and by["Primitive.reshape.Reshape.0.forward"][9] == 1
+    assert by["Tensor.view.0.forward"][9] == 1 and by[fc][8] == "fc (Dense)"
+    assert by[fc][10] == [2, 0, 2] and nodes[0][10] == [2, 0, 2]       # values below, by verdict

@@ -59,6 +59,16 @@ class Row:
     md5_equal: Optional[bool] = None
     golden_value: Any = None
     target_value: Any = None
+    # each side's recorded statistics (msprobe's Bench max/min/mean/l2norm, NPU max/...): appended
+    # after the older columns so readers of compare.csv by position keep working
+    golden_max: Optional[float] = None
+    golden_min: Optional[float] = None
+    golden_mean: Optional[float] = None
+    golden_norm: Optional[float] = None
+    target_max: Optional[float] = None
+    target_min: Optional[float] = None
+    target_mean: Optional[float] = None
+    target_norm: Optional[float] = None
 
     @property
     def error_measure(self) -> Optional[float]:

@@ -14,7 +14,7 @@ from .errors import TensorFileError
 from .load.loader import OUTPUT, PARAMETER, Call, Dump, DumpUnit, Entry, is_tensor_summary
 from .judge.masks import encodings_differ, is_bool, same_mask, same_mask_stats
 from .align.matching import BACKWARD, FORWARD, OTHER, align, default_normalise
-from .judge.metrics import STAT_NAMES, compare_arrays, compare_stats, has_stats
+from .judge.metrics import STAT_NAMES, compare_arrays, compare_stats, has_stats, stat_value
 from .align.pairs import CallPair, in_time_order, members, pair_values
 from .align.refine import Side, forward_partners, refine
 from .model import PairResult, Row, count_rows
@@ -95,8 +95,10 @@ def compare_entries(g: Optional[Entry], t: Optional[Entry], base: dict, gd: Dump
     row = Row(**base, mode="missing")
     if g_tensor:
         row.golden_dtype, row.golden_shape = gl.get("dtype"), _shape(gl.get("shape"))
+        _recorded_stats(row, "golden", gl)
     if t_tensor:
         row.target_dtype, row.target_shape = tl.get("dtype"), _shape(tl.get("shape"))
+        _recorded_stats(row, "target", tl)
     if gl is None or tl is None or g_tensor != t_tensor:
         row.verdict = WARNING
         row.reason = f"golden recorded {_what(gl)}, target recorded {_what(tl)}"
@@ -109,6 +111,13 @@ def compare_entries(g: Optional[Entry], t: Optional[Entry], base: dict, gd: Dump
         row.verdict, row.reason = WARNING, f"argument differs: golden {gv!r}, target {tv!r}"
         return row
     return _compare_tensor(gl, tl, row, gd, td, opts, exact_shape)
+
+
+def _recorded_stats(row: Row, side: str, leaf: dict) -> None:
+    """Each side's own Max/Min/Mean/Norm on its row: compare.csv and report.html show both, as
+    msprobe's CSV does (Bench max ... NPU l2norm)."""
+    for k in STAT_NAMES:
+        setattr(row, f"{side}_{k.lower()}", stat_value(leaf.get(k)))
 
 
 def _numel(shape: Optional[list]) -> Optional[int]:
@@ -276,6 +285,7 @@ def compare_calls(cp: CallPair, order: int, step: Optional[int], rank: str, gd: 
             if e.is_tensor:
                 setattr(r, f"{side}_dtype", e.leaf.get("dtype"))
                 setattr(r, f"{side}_shape", _shape(e.leaf.get("shape")))
+                _recorded_stats(r, side, e.leaf)
             rows.append(r)
         if not rows:
             rows.append(Row(**base, role=OUTPUT, arg="", name=present.key, mode="unmatched", verdict=verdict,

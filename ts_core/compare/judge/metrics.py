@@ -276,6 +276,11 @@ class StatMetrics:
         return max(vals, key=vals.get) if vals else None
 
 
+def stat_value(v: Any) -> Optional[float]:
+    """One recorded statistic (Max/Min/Mean/Norm) as a float; None when absent or not a number."""
+    return _num(v)
+
+
 def _num(v: Any) -> Optional[float]:
     if v is None:
         return None

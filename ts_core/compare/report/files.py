@@ -8,7 +8,9 @@ from typing import Any, List, Sequence
 
 from ...dumpfmt import json_safe
 from ..model import CSV_COLUMNS, CompareResult, Row
+from .heatmap import heatmap
 from .text import terminal_text
+from .tree import trees
 
 __all__ = ["write_csv", "write_summary", "terminal_text"]
 
@@ -40,4 +42,11 @@ def write_csv(rows: List[Row], path: Path, first: Sequence[Any] = ()) -> None:
 
 
 def write_summary(result: CompareResult, path: Path) -> None:
-    path.write_text(json.dumps(result.summary(), indent=2), encoding="utf-8")
+    """summary.json: the result's summary, the diagnosis, and with several steps or ranks the
+    step x rank x module grid report.html draws (``modules``)."""
+    d = result.summary()
+    d.setdefault("diagnosis", json_safe(list(getattr(result, "diagnosis", None) or [])))
+    grid = heatmap(trees(result.pairs)) if len(result.pairs) > 1 else None
+    if grid:
+        d["modules"] = json_safe(grid)
+    path.write_text(json.dumps(d, indent=2), encoding="utf-8")

@@ -26,7 +26,10 @@ MSPROBE_INDEX = {"Cosine": "cosine", "EucDist": "euclidean", "MaxAbsErr": "max_a
                  "MaxRelativeErr": "max_rel_err", "One Thousandth Err Ratio": "within_0_1pct",
                  "Five Thousandths Err Ratio": "within_0_5pct", "Max diff": "max_diff", "Min diff": "min_diff",
                  "Mean diff": "mean_diff", "L2norm diff": "norm_diff", "MinRelativeErr": "min_rel_diff",
-                 "MeanRelativeErr": "mean_rel_diff", "NormRelativeErr": "norm_rel_diff", "Result": "verdict"}
+                 "MeanRelativeErr": "mean_rel_diff", "NormRelativeErr": "norm_rel_diff", "Result": "verdict",
+                 "Bench max": "golden_max", "Bench min": "golden_min", "Bench mean": "golden_mean",
+                 "Bench l2norm": "golden_norm", "NPU max": "target_max", "NPU min": "target_min",
+                 "NPU mean": "target_mean", "NPU l2norm": "target_norm"}
 _STATS_FALLBACK = {"max_rel_err": "max_rel_diff"}       # statistics-mode spelling of MaxRelativeErr
 _INT = {"step", "order", "golden_nan", "target_nan", "golden_inf", "target_inf"}
 _LIST, _BOOL = {"golden_shape", "target_shape", "worst_index"}, {"md5_equal"}

@@ -39,15 +39,22 @@ def terminal_text(result: Any, max_rows: int = 12) -> str:
     if fd and not differ:     # with different programs the evidence above replaces both lines below
         where = ", ".join(x for x in (f"step {fd.step}" if fd.step is not None else "", fd.rank) if x)
         lines.append(fd.describe() + (f"\n  ({where})" if where else ""))
+        lines.extend(_stats_lines(fd.metrics))
     elif not differ:
         lines.append(result.summary().get("first_divergence_note") or "no call introduced an error")
+    lines.extend(diagnosis_lines(getattr(result, "diagnosis", None) or []))
+    lines.extend(_unit_lines(result.pairs))
     bad = [r for r in result.rows if r.verdict != PASS][:max_rows]
     if bad:
-        header = f"{'verdict':<8} {'dir':<8} {'tensor':<58} {'cosine':>9} {'max_abs':>10} {'rel_err':>10}"
+        # element-wise columns when any row has them, else both sides' norms (statistics mode)
+        tensor = any(r.cosine is not None for r in bad)
+        heads = ("cosine", "max_abs") if tensor else ("g_norm", "t_norm")
+        header = f"{'verdict':<8} {'dir':<8} {'tensor':<58} {heads[0]:>9} {heads[1]:>10} {'rel_err':>10}"
         lines += ["", header, "-" * len(header)]
         for r in bad:
-            lines.append(f"{r.verdict:<8} {r.direction:<8} {_short(r.name, 58):<58} {_fmt(r.cosine, '.6f'):>9} "
-                         f"{_fmt(r.max_abs_err):>10} {_fmt(r.error_measure):>10}")
+            a, b = (_fmt(r.cosine, '.6f'), _fmt(r.max_abs_err)) if tensor else (_fmt(r.golden_norm), _fmt(r.target_norm))
+            lines.append(f"{r.verdict:<8} {r.direction:<8} {_short(r.name, 58):<58} {a:>9} {b:>10} "
+                         f"{_fmt(r.error_measure):>10}")
         more = sum(1 for r in result.rows if r.verdict != PASS) - len(bad)
         if more > 0:
             lines.append(f"... {more} more non-passing rows")
@@ -61,6 +68,51 @@ def terminal_text(result: Any, max_rows: int = 12) -> str:
     if result.report_path:
         lines.append(f"report: {result.report_path}")
     return "\n".join(lines)
+
+
+_STATS = ("max", "min", "mean", "norm")
+
+
+def _stats_lines(metrics: dict) -> List[str]:
+    """Both sides' recorded statistics of the divergent value (msprobe's Bench/NPU max ... l2norm)."""
+    if not any(metrics.get(f"{side}_{k}") is not None for side in ("golden", "target") for k in _STATS):
+        return []
+    return [f"  {side + ':':<8}" + "  ".join(f"{k} {_fmt(metrics.get(f'{side}_{k}'))}" for k in _STATS)
+            for side in ("golden", "target")]
+
+
+def diagnosis_lines(diagnosis: List[dict], shown: int = 3, width: int = 220) -> List[str]:
+    """The cause hypotheses, most likely first: title, confidence, cause id, evidence."""
+    if not diagnosis:
+        return []
+    lines = ["Why (diagnosis, most likely first):"]
+    for i, h in enumerate(diagnosis[:shown], 1):
+        needs = ", needs tensors" if h.get("needs_tensors") else ""
+        lines.append(f"  {i}. {h.get('title', h.get('cause'))} ({float(h.get('confidence') or 0):.0%}, "
+                     f"{h.get('cause')}{needs})")
+        if h.get("evidence"):
+            lines.append(f"     {_short_end(str(h['evidence']), width)}")
+    if len(diagnosis) > shown:
+        lines.append(f"  ... {len(diagnosis) - shown} more in summary.json")
+    return lines
+
+
+def _short_end(s: str, n: int) -> str:
+    return s if len(s) <= n else s[:n - 3] + "..."
+
+
+def _unit_lines(pairs) -> List[str]:
+    """One line per step/rank when there are several: its values by verdict and where it diverged."""
+    if len(pairs) < 2:
+        return []
+    out = ["", f"{'step/rank':<16} {'values':>7} {'error':>6} {'warning':>7}  first divergence"]
+    for p in pairs:
+        where = "/".join(x for x in (f"step{p.step}" if p.step is not None else "", p.rank) if x) or "dump"
+        c = p.counts
+        n = c.get(PASS, 0) + c.get(WARNING, 0) + c.get(ERROR, 0)
+        first = p.first_divergence.key if p.first_divergence else "-"
+        out.append(f"{where:<16} {n:>7} {c.get(ERROR, 0):>6} {c.get(WARNING, 0):>7}  {first}")
+    return out
 
 
 # engine.py's one message that is a warning (the dump is partial); the others are notes on how
