@@ -69,9 +69,20 @@ def differ(golden: List[DumpUnit], target: List[DumpUnit]) -> bool:
     Runs of one layout are compared rank by rank as before."""
     g, t = _by_step(golden), _by_step(target)
     common = sorted(set(g) & set(t), key=lambda s: (s is None, s or 0))
-    if any(len(g[s]) != len(t[s]) for s in common):
-        return True
-    return bool(common) and _signature(g[common[0]][0]) != _signature(t[common[0]][0])
+    if not common:
+        return False
+    try:
+        if _signature(g[common[0]][0]) != _signature(t[common[0]][0]):
+            return True
+    except DumpFormatError:
+        return False            # an unreadable rank: compared rank by rank, where it is reported
+    # One layout with ranks missing on one side (a lost or corrupt rank folder) is compared rank by
+    # rank and the rest listed unpaired; rank sets that are not nested are different layouts.
+    return any(not (_ranks(g[s]) <= _ranks(t[s]) or _ranks(t[s]) <= _ranks(g[s])) for s in common)
+
+
+def _ranks(units: List[DumpUnit]) -> set:
+    return {rank_number(u.rank) for u in units}
 
 
 # ---------------------------------------------------------------- the global shape of a value
