@@ -23,6 +23,9 @@ import time
 
 import numpy as np
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))    # this checkout's ts_core, here and in children
+sys.path.insert(0, ROOT)
+
 
 def build(root: str, n_files: int, elems: int, noise: float, seed: int) -> None:
     rank = os.path.join(root, "step0", "rank")
@@ -58,7 +61,9 @@ def pack(root: str, packed: str) -> None:
     errors = []
     writer = TensorPackWriter(rank, lambda a: a, errors.append)
     for name in sorted(os.listdir(os.path.join(src, "dump_tensor_data"))):
-        writer.submit(name, np.load(os.path.join(src, "dump_tensor_data", name), mmap_mode="r"))
+        # from memory, as the tool writes its snapshots: a tar written from memory-mapped sources
+        # gets its page cache in another state, and reading it back cost 1.5x the CPU here
+        writer.submit(name, np.load(os.path.join(src, "dump_tensor_data", name)))
     writer.close()
     if errors:
         raise errors[0]
@@ -70,29 +75,37 @@ def pack(root: str, packed: str) -> None:
         json.dump(doc, f)
 
 
+# The child's own peak: VmHWM of its address space (ru_maxrss would carry this parent's peak
+# across the fork and exec); its CPU seconds from rusage.
 _CHILD = ("import resource, sys; from ts_core.cli import main; rc = main(sys.argv[1:]); "
-          "print(max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)), "
-          "file=sys.stderr); sys.exit(rc)")
+          "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')); "
+          "u = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]; "
+          "print(hwm, sum(x.ru_utime + x.ru_stime for x in u), file=sys.stderr); sys.exit(rc)")
 
 
 def run_compare(golden: str, target: str, out: str) -> tuple:
-    """(wall seconds, peak RSS MB) of one `tsprobe compare --workers 1` in a child process."""
+    """(wall seconds, peak RSS MB, CPU seconds) of one `tsprobe compare --workers 1` in a child
+    process. CPU seconds say what the compare costs when other jobs share the cores: on an idle
+    2-core machine the wall time would be about half of them (the kernel runs on both cores)."""
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", _CHILD, "compare", golden, target, "-o", out, "--no-html",
                            "--workers", "1"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True)
+                          text=True, env=dict(os.environ, PYTHONPATH=ROOT))
     wall = time.perf_counter() - t0
-    return wall, int(proc.stderr.strip().splitlines()[-1]) / 1024
+    rss, cpu = proc.stderr.strip().splitlines()[-1].split()
+    return wall, int(rss) / 1024, float(cpu)
 
 
-def numpy_baseline(roots) -> float:
+def numpy_baseline(roots) -> tuple:
+    """(wall, CPU) seconds of numpy reading both dumps once."""
+    c0 = time.process_time()
     t0 = time.perf_counter()
     for root in roots:
         d = os.path.join(root, "step0", "rank", "dump_tensor_data")
         for name in sorted(os.listdir(d)):
             np.load(os.path.join(d, name), mmap_mode="r").sum(dtype=np.float64)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def main() -> None:
@@ -121,11 +134,14 @@ def main() -> None:
             runs[layout].append(run_compare(golden + suffix, target + suffix, out))
     print(f"compared {total_mb:.0f} MB ({n_files} tensor pairs of {args.tensor_mb:g} MB), tsprobe compare --workers 1:")
     for layout, got in runs.items():
-        rates = ", ".join(f"{total_mb / w:.0f}" for w, _ in got)
-        best = min(w for w, _ in got)
-        print(f"  {layout:6s} layout: {total_mb / best:.0f} MB/s best (runs: {rates} MB/s); "
-              f"peak RSS {max(r for _, r in got):.0f} MB")
-    print(f"baseline (numpy: mmap load + sum of both folder dumps, this process): {total_mb / base:.0f} MB/s")
+        rates = ", ".join(f"{total_mb / w:.0f}" for w, _, _ in got)
+        best = min(w for w, _, _ in got)
+        cpu = min(c for _, _, c in got)
+        print(f"  {layout:6s} layout: {total_mb / best:.0f} MB/s wall, best (runs: {rates} MB/s); "
+              f"{total_mb / cpu:.0f} MB per CPU second ({cpu:.2f} CPU s, start-up included); "
+              f"peak RSS {max(r for _, r, _ in got):.0f} MB")
+    print(f"baseline (numpy: mmap load + sum of both folder dumps, this process): {total_mb / base[0]:.0f} MB/s "
+          f"wall, {total_mb / base[1]:.0f} MB per CPU second")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
 

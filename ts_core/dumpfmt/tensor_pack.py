@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import io
 import os
-import tarfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -62,6 +61,7 @@ def npy_parts(array: np.ndarray) -> Tuple[bytes, np.ndarray]:
 
 def member_header(name: str, size: int, mtime: int, link: Optional[str] = None) -> bytes:
     """The tar header block(s) of member ``dump_tensor_data/NAME`` (pax records for long names)."""
+    import tarfile      # here, not at import: ``import ts_core`` stays light
     info = tarfile.TarInfo(_PREFIX + name)
     info.size, info.mtime, info.mode = (0 if link else size), mtime, 0o644
     if link is not None:
@@ -123,6 +123,7 @@ def read_index(folder: str) -> PackIndex:
 def scan(tar_path: str) -> PackIndex:
     """Every complete member of a pack, read from its tar headers. A torn last member (the run
     was killed while writing it) is left out; anything else that is not a tar is an error."""
+    import tarfile
     index = PackIndex()
     try:
         f = open(tar_path, "rb")
