@@ -83,7 +83,9 @@ def _run_summary(args: argparse.Namespace) -> int:
 def _add_recover(sub) -> None:
     p = sub.add_parser("recover", help="rebuild dump.json/stack.json/construct.json of a run that was killed",
                        description="Reads the append-only journal of every rank folder under DUMP that has "
-                                   "one and rewrites its JSON files (marked incomplete).")
+                                   "one and rewrites its JSON files (marked incomplete); a packed folder's "
+                                   "dump_tensor_data.tar keeps every complete member, its torn last one is cut "
+                                   "and its index rewritten.")
     p.add_argument("dump", help="a dump root, step folder or rank folder")
     p.set_defaults(func=_run_recover)
 
