@@ -11,10 +11,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..dumpfmt import (INPUT, DumpFormatError, OUTPUT, PARAMETER, DumpUnit, Entry,
+from ...dumpfmt import (INPUT, DumpFormatError, OUTPUT, PARAMETER, DumpUnit, Entry,
                        find_dumps, is_tensor_summary, parse_key, read_construct, read_header_and_data, read_json,
                        read_stacks, record_entries)
-from ..dumpfmt.tensor_store import TensorStore, load_tensor_file, open_tensors
+from ...dumpfmt.tensor_store import TensorStore, load_tensor_file, open_tensors
 from .autograd_order import reorder
 
 __all__ = ["Dump", "DumpUnit", "Call", "Entry", "find_dumps", "read_json", "record_to_call", "is_tensor_summary",
