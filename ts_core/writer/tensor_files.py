@@ -151,8 +151,10 @@ class TensorPackWriter(TensorFileWriter):
                 target = os.path.basename(snapshot.existing)
                 if name == target or self._index.links.get(name) == target:
                     return                  # this value was linked already (a tied weight's gradient)
-                self._index.add_link(name, target)          # raises if the target was never written
+                if target not in self._index.members:       # its write failed: no member to repeat
+                    raise OSError(f"{name}: repeats {target}, which was not written")
                 self._append([member_header(name, 0, self._mtime, link=target)])
+                self._index.add_link(name, target)          # indexed once its bytes are in the tar
                 return
             head, data = npy_parts(np.asarray(self._to_numpy(snapshot)))
             size = len(head) + data.nbytes
