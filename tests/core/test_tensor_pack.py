@@ -286,3 +286,40 @@ def test_killed_packed_run_keeps_every_member_and_recover_cuts_a_torn_tail(tmp_p
         np.testing.assert_array_equal(reader.load(rec["input_args"][0]["data_name"]), x.numpy())
         x = torch.sin(x)
         np.testing.assert_array_equal(reader.load(rec["output"][0]["data_name"]), x.numpy())
+
+
+FSIZE = """
+import resource, torch
+from ts_core import PrecisionDebugger
+resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+d = PrecisionDebugger(dump_path={dump!r}, task="tensor", level="L1", step=[0], tensor_format="packed")
+d.start()
+x = torch.ones(64, 64)
+for i in range(20):
+    x = torch.sin(x)            # 16 KiB a member: the tar meets the file-size limit mid-member
+d.stop()
+d.close()
+print("training went on:", float(x.sum()) > 0, flush=True)
+"""
+
+
+def test_a_write_that_fails_mid_member_is_cut_so_the_tar_holds_only_whole_members(tmp_path):
+    dump = str(tmp_path / "d")
+    proc = subprocess.run([sys.executable, "-c", FSIZE.format(dump=dump)], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=ROOT, TSPROBE_QUIET="1"), timeout=120)
+    assert proc.returncode == 0 and "training went on: True" in proc.stdout, proc.stderr[-2000:]
+    rank = os.path.join(dump, "step0", "rank")
+    assert json.load(open(os.path.join(rank, "dump.json"))).get("incomplete") is True
+    index = scan(os.path.join(rank, PACK_TAR))
+    assert 3 <= len(index.members) < 40
+    # the half member was cut: the tar ends at its last whole member (+ the end marker if it fit)
+    assert os.path.getsize(os.path.join(rank, PACK_TAR)) in (index.end, index.end + 1024)
+    reader = PackReader(rank)
+    x = torch.ones(64, 64)
+    values = {}
+    for i in range(20):
+        values[f"Torch.sin.{i}.forward.input.0.npy"] = x.numpy()
+        x = torch.sin(x)
+        values[f"Torch.sin.{i}.forward.output.0.npy"] = x.numpy()
+    for name in reader.names():                 # every member kept is whole and right
+        np.testing.assert_array_equal(reader.load(name), values[name])
