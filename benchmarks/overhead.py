@@ -44,7 +44,10 @@ MODES = {           # name: (task, level, summary_mode[, extra top-level keys]);
     "structure mix": ("structure", "mix", None),
     "async stats mix": ("statistics", "mix", "statistics", {"async_dump": True}),
     "tensor L1": ("tensor", "L1", "statistics"),
+    "tensor L1 packed": ("tensor", "L1", "statistics", {"tensor_format": "packed"}),
 }
+TSPROBE_ONLY = {"tensor L1 packed"}     # a tsprobe option: msprobe has no such layout
+PHASES = ("start", "forward", "backward", "optimizer", "stop")
 WARMUP = 2
 FAR_STEP = 100000
 
@@ -85,21 +88,28 @@ def _worker(tool: str, mode: str, steps: int, size: str, out: str) -> None:
             os.environ["TSPROBE_QUIET"] = "1"
             from ts_core import PrecisionDebugger
         debugger = PrecisionDebugger(config_path=path)
-    times = []
+    times, phases = [], []
+    clock = time.process_time
     for i in range(total):
         if i == WARMUP and os.environ.get("TSBENCH_STARTUP_GC") != "1":
             gc.collect()                # the collection start-up owes (module docstring)
-        t0 = time.process_time()
+        t = [clock()]
         if debugger is not None:
             debugger.start(model)
+        t.append(clock())
         loss = model(input_ids=data, labels=data).loss
+        t.append(clock())
         loss.backward()
+        t.append(clock())
         opt.step()
         opt.zero_grad()
+        t.append(clock())
         if debugger is not None:
             debugger.stop()
             debugger.step()
-        times.append(time.process_time() - t0)
+        t.append(clock())
+        times.append(t[-1] - t[0])
+        phases.append([b - a for a, b in zip(t, t[1:])])
     inodes = {}                         # hard-linked tensor files count once: bytes on disk
     for r, _, fs in os.walk(dump):
         for f in fs:
@@ -111,9 +121,10 @@ def _worker(tool: str, mode: str, steps: int, size: str, out: str) -> None:
     measures_work = tool == "tsprobe" and spec is not None and mode != "not collecting"
     floor = _floor(dump, spec) if measures_work else 0.0
     shutil.rmtree(dump, ignore_errors=True)
+    per_phase = {p: statistics.mean(x[j] for x in phases[WARMUP:]) for j, p in enumerate(PHASES)}
     with open(out, "w") as f:
         json.dump({"median": statistics.median(measured), "mean": statistics.mean(measured),
-                   "bytes_per_step": size / total, "floor": floor}, f)
+                   "bytes_per_step": size / total, "floor": floor, "phases": per_phase}, f)
 
 
 
@@ -178,6 +189,8 @@ def _write_floor(dump: str) -> dict:
     sizes, links = {}, 0
     for root, _, files in os.walk(_last_step(dump)):
         for f in files:
+            if f.endswith(".tar"):          # the packed layout: its bytes are the floor, as one file
+                sizes[f] = os.path.getsize(os.path.join(root, f))
             if f.endswith(".npy"):
                 st = os.stat(os.path.join(root, f))
                 links += (st.st_dev, st.st_ino) in sizes
@@ -248,6 +261,8 @@ def _table(size: str, tools: list, modes: list, steps: int, rounds: int) -> None
     for r in range(rounds):
         for mode in modes:                     # interleaved: every tool runs each mode in turn
             for tool in (tools if MODES[mode] else ["-"]):
+                if tool != "tsprobe" and mode in TSPROBE_ONLY:
+                    continue
                 res = run(tool if tool != "-" else "tsprobe", mode, steps, size)
                 results.setdefault((tool, mode), []).append(res)
                 print(f"  {size} round {r + 1}: {mode:15s} {tool:8s} {res['mean'] * 1e3:8.1f} ms/step",
@@ -288,6 +303,15 @@ def _table(size: str, tools: list, modes: list, steps: int, rounds: int) -> None
             else:
                 row += f" {ratios} | {size_mb:.2f} MB |"
         print(row, flush=True)
+    print("\nWhere the time goes: process CPU time of each phase, tool minus no tool, ms/step (median of runs)\n")
+    print("| mode | tool | " + " | ".join(PHASES) + " | total |")
+    print("|" + "---|" * (len(PHASES) + 3))
+    base = {p: statistics.median(x["phases"][p] for x in results[("-", "no tool")]) for p in PHASES}
+    for (tool, mode), runs in results.items():
+        if tool == "-":
+            continue
+        extra = [statistics.median(x["phases"][p] for x in runs) - base[p] for p in PHASES]
+        print(f"| {mode} | {tool} | " + " | ".join(f"{e * 1e3:+.1f}" for e in extra) + f" | {sum(extra) * 1e3:+.1f} |")
 
 
 if __name__ == "__main__":

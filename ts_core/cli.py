@@ -110,7 +110,9 @@ def _run_summary(args: argparse.Namespace) -> int:
 def _add_recover(sub) -> None:
     p = sub.add_parser("recover", help="rebuild dump.json/stack.json/construct.json of a run that was killed",
                        description="Reads the append-only journal of every rank folder under DUMP that has "
-                                   "one and rewrites its JSON files (marked incomplete).")
+                                   "one and rewrites its JSON files (marked incomplete); a packed folder's "
+                                   "dump_tensor_data.tar keeps every complete member, its torn last one is cut "
+                                   "and its index rewritten.")
     p.add_argument("dump", help="a dump root, step folder or rank folder")
     p.set_defaults(func=_run_recover)
 
@@ -129,6 +131,24 @@ def _run_recover(args: argparse.Namespace) -> int:
     if not folders:
         print(f"tsprobe recover: no {JOURNAL} under {args.dump}: nothing to recover", file=sys.stderr)
         return 2
+    return 0
+
+
+def _add_unpack(sub) -> None:
+    p = sub.add_parser("unpack", help="write a packed dump (tensor_format: packed) in msprobe's layout",
+                       description="Extracts each step/rank's dump_tensor_data.tar into dump_tensor_data/ (one .npy "
+                                   "per tensor, as the default mode writes them) and fixes dump.json. In place (the "
+                                   "tar goes once its files are written), or into a copy with --out.")
+    p.add_argument("dump", help="a dump root, step folder or rank folder")
+    p.add_argument("--out", help="write the unpacked copy here (a new or empty folder)")
+    p.set_defaults(func=_run_unpack)
+
+
+def _run_unpack(args: argparse.Namespace) -> int:
+    from ts_core.dumpfmt.unpack import unpack
+
+    for folder in unpack(args.dump, args.out):
+        print(f"{folder}: unpacked")
     return 0
 
 
@@ -324,7 +344,7 @@ def _run_check_replicas(args: argparse.Namespace) -> int:
     return 1 if any(s["mismatches"] for s in report["steps"]) else 0
 
 
-_COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_acc_check, _add_merge, _add_config_check,
+_COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_unpack, _add_acc_check, _add_merge, _add_config_check,
                              _add_config, _add_check_replicas]
 
 

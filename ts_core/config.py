@@ -13,6 +13,7 @@ import warnings
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, List, Mapping, Optional
 
+from .dumpfmt.tensor_pack import TENSOR_FORMATS   # msprobe's one .npy per tensor, or one tar per step and rank
 from .errors import ConfigError
 from .monitor.options import MonitorConfig, parse_monitor
 
@@ -29,12 +30,12 @@ _TOLERATED_TOP = {"enable_dataloader", "precision", "acl_config", "is_dump_compi
                   "exception_dump", "acc_check", "nan_check", "diff_check", "risk_level"}
 _TOP = {"task", "dump_path", "rank", "step", "level", "seed", "is_deterministic", "async_dump",
         "statistics", "tensor", "structure", "stack", "on_write_error", "framework", "dump_eval",
-        "dump_enable", "fingerprint", "monitor", "compile_mode"}
+        "dump_enable", "fingerprint", "monitor", "compile_mode", "tensor_format"}
 _SECTION = {"scope", "list", "data_mode", "summary_mode", "file_format", "online_run_ut",
             "nfs_path", "host", "port", "tls_path", "bench_path", "online_run_ut_recompute",
-            "tensor_list", "diff_nums"}
+            "tensor_list", "diff_nums", "tensor_format"}
 _SECTION_OURS = {"scope", "list", "data_mode", "summary_mode", "file_format", "tensor_list",
-                 "bench_path", "diff_nums"}
+                 "bench_path", "diff_nums", "tensor_format"}
 # section keys that mean something in one task's section only: key -> (section, why)
 _SECTION_ONLY = {
     "tensor_list": ("statistics", "task 'tensor' saves every tensor already; tensor_list belongs to the "
@@ -67,6 +68,7 @@ class DebuggerConfig:
     tensor_list: List[str] = field(default_factory=lambda: [])   # statistics task: also save these calls' tensors
     bench_path: str = ""                               # tensor task: diff-only dump against this md5 dump
     diff_nums: int = 1                                 # with bench_path: records saved at most (-1: all)
+    tensor_format: str = "files"                       # "packed": one tar per step and rank (docs/dump-format.md)
     fingerprint: bool = True                           # fingerprint.json per step folder (config-check)
     monitor: Optional[MonitorConfig] = None            # monitor mode (ts_core/monitor); None: off
     # torch.compile: boundaries / shadow / modules (docs/distributed-and-compiled.md); "" means
@@ -338,6 +340,8 @@ def validate(flat: Mapping[str, Any]) -> DebuggerConfig:
         v["data_mode"] = modes
     if "summary_mode" in v:
         _choice("summary_mode", v["summary_mode"], SUMMARY_MODES)
+    if "tensor_format" in v:
+        _choice("tensor_format", v["tensor_format"], TENSOR_FORMATS)
     if "file_format" in v:
         _choice("file_format", v.pop("file_format"), ("npy",))
     if "dump_enable" in v and v["dump_enable"] is not None:
@@ -378,6 +382,8 @@ def _check_combinations(cfg: DebuggerConfig, explicit_summary: bool) -> Debugger
         raise ConfigError("scope", cfg.scope, "set either scope or list, not both")
     if cfg.task == "structure" and cfg.summary_mode != "statistics":
         raise ConfigError("summary_mode", cfg.summary_mode, "task 'structure' records no values; drop summary_mode")
+    if cfg.tensor_format != "files" and cfg.task == "structure":
+        raise ConfigError("tensor_format", cfg.tensor_format, "task 'structure' saves no tensors; drop tensor_format")
     if cfg.tensor_list and cfg.task != "statistics":
         raise ConfigError("tensor_list", cfg.tensor_list,
                           f"tensor_list is a statistics-task option (task is '{cfg.task}')")

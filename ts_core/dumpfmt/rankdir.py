@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from .errors import DumpFormatError
 from .jsonio import json_by_line, read_json, read_json_optional, write_text_atomic
 from .layout import CONSTRUCT_JSON, DUMP_JSON, STACK_JSON, TENSOR_DIR
+from .tensor_pack import PACK_TAR, has_pack
 
 StackGroup = Tuple[List[str], List[str]]          # (keys, frames)
 
@@ -30,7 +31,11 @@ class RankFiles:
 
     @property
     def tensor_dir(self) -> str:
-        """Where this folder's tensor files are (``dump_data_dir`` may point elsewhere)."""
+        """Where this folder's tensor files are (``dump_data_dir`` may point elsewhere). A packed
+        folder has none: its readers go through ``tensor_store.open_tensors``."""
+        if has_pack(self.path):
+            raise DumpFormatError(f"{self.path}: its tensors are packed ({PACK_TAR}); this tool reads the "
+                                  f"dump_tensor_data/ folder: run tsprobe unpack {self.path} first")
         d = self.header.get("dump_data_dir")
         local = os.path.join(self.path, TENSOR_DIR)
         return local if os.path.isdir(local) or not isinstance(d, str) else d

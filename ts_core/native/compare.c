@@ -5,10 +5,25 @@
  * (|t - g| <= atol + rtol |g|), relative error |t-g|/|g| (0 where both are 0, inf where only
  * golden is 0), NaN/Inf counted per side, and the worst element chosen chunk by chunk exactly
  * as the numpy version walks its chunks. Inputs are float32 or float64 (either side).
+ *
+ * Speed (issue 29): the per-element branches kept the one loop scalar, at 2.9 GB/s of input a
+ * CPU second (4M float32 pairs), against 5.5 for numpy's mmap-load and sum of the same bytes.
+ * Blocks of BLOCK elements of one dtype now go through a branch-free loop over 4 independent
+ * lanes (AVX2 intrinsics, picked at import with the stats loops; without AVX2 the scalar loop
+ * does all): 8.9 GB/s a CPU second on the same pairs. A block
+ * holding a NaN/Inf is dropped and redone by the scalar loop, which stays the one that handles
+ * them. Lanes add in another order than one running sum, so sums move by rounding only (tests:
+ * 1e-9 relative against the numpy reference); counts, maxima and the worst element are exact,
+ * the worst still the first maximum (lane ties go to the lower index).
  */
 #include <stdint.h>
+#include <stddef.h>
 #include <math.h>
 #include "kernels.h"
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define TSP_X86 1
+#include <immintrin.h>
+#endif
 
 enum { F32 = TSP_F32, F64 = TSP_F64 };
 
@@ -24,6 +39,93 @@ static inline double load(const void *p, int dtype, int64_t i) {
     return dtype == F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
 }
 
+#define LANES 4
+#define BLOCK 1024          /* elements per lane block, a multiple of LANES: both sides stay in L1 */
+
+typedef struct {
+    double dot[LANES], gg[LANES], tt[LANES], sq[LANES], abs_sum[LANES], max_abs[LANES], max_rel[LANES],
+        best[LANES];
+    int64_t close[LANES], w1[LANES], w5[LANES], pos[LANES];
+} Lanes;
+
+typedef int (*lane_fn)(const void *, const void *, int64_t, int64_t, double, double, Lanes *);
+
+#ifdef TSP_X86
+/* Elements [s, s + n) (n a multiple of LANES) added to Z when all are finite on both sides
+ * (returns 1); else Z is left as it was (returns 0). The 4 lanes are the 4 doubles of an AVX2
+ * vector; LOAD4 widens to double. No branch: each quotient is computed and selected, and the
+ * finite test is a sum of x - x, NaN once any x is NaN/Inf. */
+#define LANE_AVX2(NAME, T, LOAD4)                                                                   \
+__attribute__((target("avx2"))) static int NAME(const void *gp, const void *tp, int64_t s, int64_t n, \
+                                                double rtol, double atol, Lanes *Z) {               \
+    const T *g = (const T *)gp + s, *t = (const T *)tp + s;                                         \
+    __m256d dot = _mm256_loadu_pd(Z->dot), gg = _mm256_loadu_pd(Z->gg), tt = _mm256_loadu_pd(Z->tt); \
+    __m256d sq = _mm256_loadu_pd(Z->sq), as = _mm256_loadu_pd(Z->abs_sum);                         \
+    __m256d ma = _mm256_loadu_pd(Z->max_abs), mr = _mm256_loadu_pd(Z->max_rel), be = _mm256_loadu_pd(Z->best); \
+    __m256i cl = _mm256_loadu_si256((const __m256i *)Z->close), w1 = _mm256_loadu_si256((const __m256i *)Z->w1); \
+    __m256i w5 = _mm256_loadu_si256((const __m256i *)Z->w5), po = _mm256_loadu_si256((const __m256i *)Z->pos); \
+    __m256d nf = _mm256_setzero_pd(), sign = _mm256_set1_pd(-0.0), vr = _mm256_set1_pd(rtol);       \
+    __m256d va = _mm256_set1_pd(atol), k1 = _mm256_set1_pd(1e-3), k5 = _mm256_set1_pd(5e-3);       \
+    __m256d inf = _mm256_set1_pd(INFINITY), z = _mm256_setzero_pd();                                \
+    __m256i idx = _mm256_set_epi64x(s + 3, s + 2, s + 1, s), four = _mm256_set1_epi64x(4);          \
+    for (int64_t i = 0; i < n; i += LANES) {                                                        \
+        __m256d a = LOAD4(g + i), b = LOAD4(t + i);                                                 \
+        nf = _mm256_add_pd(nf, _mm256_add_pd(_mm256_sub_pd(a, a), _mm256_sub_pd(b, b)));            \
+        __m256d diff = _mm256_sub_pd(b, a), d = _mm256_andnot_pd(sign, diff), ag = _mm256_andnot_pd(sign, a); \
+        __m256d tol = _mm256_add_pd(va, _mm256_mul_pd(vr, ag));                                     \
+        /* a true compare is all ones (-1): subtracting it counts one */                            \
+        cl = _mm256_sub_epi64(cl, _mm256_castpd_si256(_mm256_cmp_pd(d, tol, _CMP_LE_OQ)));          \
+        w1 = _mm256_sub_epi64(w1, _mm256_castpd_si256(_mm256_cmp_pd(d, _mm256_mul_pd(k1, ag), _CMP_LE_OQ))); \
+        w5 = _mm256_sub_epi64(w5, _mm256_castpd_si256(_mm256_cmp_pd(d, _mm256_mul_pd(k5, ag), _CMP_LE_OQ))); \
+        dot = _mm256_add_pd(dot, _mm256_mul_pd(a, b)); gg = _mm256_add_pd(gg, _mm256_mul_pd(a, a));  \
+        tt = _mm256_add_pd(tt, _mm256_mul_pd(b, b)); sq = _mm256_add_pd(sq, _mm256_mul_pd(diff, diff)); \
+        as = _mm256_add_pd(as, d);                                                                  \
+        ma = _mm256_blendv_pd(ma, d, _mm256_cmp_pd(d, ma, _CMP_GT_OQ));                             \
+        __m256d zero = _mm256_blendv_pd(inf, z, _mm256_cmp_pd(d, z, _CMP_EQ_OQ));                   \
+        __m256d rel = _mm256_blendv_pd(zero, _mm256_div_pd(d, ag), _mm256_cmp_pd(ag, z, _CMP_GT_OQ)); \
+        __m256d score = _mm256_blendv_pd(zero, _mm256_div_pd(d, tol), _mm256_cmp_pd(tol, z, _CMP_GT_OQ)); \
+        mr = _mm256_blendv_pd(mr, rel, _mm256_cmp_pd(rel, mr, _CMP_GT_OQ));                         \
+        __m256d better = _mm256_cmp_pd(score, be, _CMP_GT_OQ);                                      \
+        be = _mm256_blendv_pd(be, score, better);                                                   \
+        po = _mm256_castpd_si256(_mm256_blendv_pd(_mm256_castsi256_pd(po), _mm256_castsi256_pd(idx), better)); \
+        idx = _mm256_add_epi64(idx, four);                                                          \
+    }                                                                                               \
+    double f[LANES];                                                                                \
+    _mm256_storeu_pd(f, nf);                                                                        \
+    if (!(f[0] + f[1] + f[2] + f[3] == 0)) return 0;                                                \
+    _mm256_storeu_pd(Z->dot, dot); _mm256_storeu_pd(Z->gg, gg); _mm256_storeu_pd(Z->tt, tt);        \
+    _mm256_storeu_pd(Z->sq, sq); _mm256_storeu_pd(Z->abs_sum, as); _mm256_storeu_pd(Z->max_abs, ma); \
+    _mm256_storeu_pd(Z->max_rel, mr); _mm256_storeu_pd(Z->best, be);                                \
+    _mm256_storeu_si256((__m256i *)Z->close, cl); _mm256_storeu_si256((__m256i *)Z->w1, w1);        \
+    _mm256_storeu_si256((__m256i *)Z->w5, w5); _mm256_storeu_si256((__m256i *)Z->pos, po);          \
+    return 1;                                                                                       \
+}
+#define LOAD_F32(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
+#define LOAD_F64(p) _mm256_loadu_pd(p)
+LANE_AVX2(lanes_f32_avx2, float, LOAD_F32)
+LANE_AVX2(lanes_f64_avx2, double, LOAD_F64)
+#endif
+
+static lane_fn k_lanes_f32 = NULL, k_lanes_f64 = NULL;        /* NULL: the scalar loop only */
+
+void tsp_compare_init(int avx2) {
+    k_lanes_f32 = NULL; k_lanes_f64 = NULL;
+#ifdef TSP_X86
+    if (avx2) { k_lanes_f32 = lanes_f32_avx2; k_lanes_f64 = lanes_f64_avx2; }
+#else
+    (void)avx2;
+#endif
+}
+
+static void lanes_reset(Lanes *Z) {
+    for (int j = 0; j < LANES; j++) {
+        Z->dot[j] = Z->gg[j] = Z->tt[j] = Z->sq[j] = Z->abs_sum[j] = Z->max_abs[j] = Z->max_rel[j] = 0;
+        Z->best[j] = -1.0;
+        Z->close[j] = Z->w1[j] = Z->w5[j] = 0;
+        Z->pos[j] = -1;
+    }
+}
+
 /* One chunk [s, e): finite elements first (their worst by first maximum of the score), then
  * the NaN/Inf bookkeeping, in the order the numpy accumulator applies them. */
 static void chunk(const void *g, int gd, const void *t, int td, int64_t s, int64_t e, double rtol,
@@ -32,7 +134,19 @@ static void chunk(const void *g, int gd, const void *t, int td, int64_t s, int64
     int64_t n_finite = 0, close = 0, w1 = 0, w5 = 0, g_nan = 0, t_nan = 0, g_inf = 0, t_inf = 0, bad = 0;
     double best = -1.0;
     int64_t best_pos = -1, first_bad = -1;
-    for (int64_t i = s; i < e; i++) {
+    lane_fn lanes = gd == F32 && td == F32 ? k_lanes_f32 : (gd == F64 && td == F64 ? k_lanes_f64 : NULL);
+    Lanes Z;
+    lanes_reset(&Z);
+    for (int64_t from = s; from < e;) {
+    int64_t n = e - from < BLOCK ? e - from : BLOCK;
+    n -= n % LANES;
+    if (lanes != NULL && n > 0 && lanes(g, t, from, n, rtol, atol, &Z)) {
+        n_finite += n;
+        from += n;
+        continue;
+    }
+    int64_t to = n > 0 ? from + n : e;       /* a block with NaN/Inf, or the tail */
+    for (int64_t i = from; i < to; i++) {
         double a = load(g, gd, i), b = load(t, td, i);
         int an = isnan(a) != 0, bn = isnan(b) != 0, ai = isinf(a) != 0, bi = isinf(b) != 0;
         if (!(an | bn | ai | bi)) {
@@ -66,6 +180,17 @@ static void chunk(const void *g, int gd, const void *t, int td, int64_t s, int64
          * unless NaN == NaN is not asked to be equal */
         int both_nan = an & bn;
         if (!both_nan || equal_nan) { close++; w1++; w5++; }
+    }
+    from = to;
+    }
+    for (int j = 0; j < LANES; j++) {       /* the lanes into the chunk's sums, in lane order */
+        dot += Z.dot[j]; gg += Z.gg[j]; tt += Z.tt[j]; sq += Z.sq[j]; abs_sum += Z.abs_sum[j];
+        close += Z.close[j]; w1 += Z.w1[j]; w5 += Z.w5[j];
+        if (Z.max_abs[j] > max_abs) max_abs = Z.max_abs[j];
+        if (Z.max_rel[j] > max_rel) max_rel = Z.max_rel[j];
+        if (Z.pos[j] >= 0 && (Z.best[j] > best || (Z.best[j] == best && Z.pos[j] < best_pos))) {
+            best = Z.best[j]; best_pos = Z.pos[j];
+        }
     }
     S->dot += dot; S->gg += gg; S->tt += tt; S->sq += sq; S->abs_sum += abs_sum;
     S->max_abs = max_abs; S->max_rel = max_rel;

@@ -14,4 +14,6 @@ int tsp_stats(const void *p, int64_t n, int dtype, double *out);
 /* compare.c: metric accumulators of elements [begin, end); sums[10], counts[11] */
 int tsp_compare(const void *g, int gd, const void *t, int td, int64_t begin, int64_t end,
                 int64_t chunk_size, double rtol, double atol, int equal_nan, double *sums, int64_t *counts);
+/* compare.c: the lane loops for this CPU (avx2 0: the scalar loop only); called by tsp_stats_init */
+void tsp_compare_init(int avx2);
 #endif

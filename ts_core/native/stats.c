@@ -193,6 +193,7 @@ static const char *k_isa = "baseline";
 const char *tsp_stats_init(int allow_simd) {
     k_f32 = stats_f32_base; k_f64 = stats_f64_base; k_f16 = stats_f16_base; k_bf16 = stats_bf16_base;
     k_int = ints_base; k_isa = "baseline";
+    tsp_compare_init(0);
 #ifdef TSP_X86
     if (!allow_simd) return k_isa;
     __builtin_cpu_init();
@@ -205,9 +206,11 @@ const char *tsp_stats_init(int allow_simd) {
         && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") && f16c) {
         k_f32 = stats_f32_avx512; k_f64 = stats_f64_avx512; k_f16 = stats_f16c_avx512;
         k_bf16 = stats_bf16_avx512; k_int = ints_avx512; k_isa = "avx512";
+        tsp_compare_init(1);
     } else if (__builtin_cpu_supports("avx2") && f16c) {
         k_f32 = stats_f32_avx2; k_f64 = stats_f64_avx2; k_f16 = stats_f16c_avx2;
         k_bf16 = stats_bf16_avx2; k_int = ints_avx2; k_isa = "avx2+f16c";
+        tsp_compare_init(1);
     }
 #else
     (void)allow_simd;

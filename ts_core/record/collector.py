@@ -97,7 +97,8 @@ class Collector:
         header = {"task": self.cfg.task, "level": self.cfg.level, "framework": self.adapter.framework}
         files = self.cfg.task == "tensor" or bool(self._tensor_list)     # a tensor folder
         self.dump = DumpDir(path, header, tensor_to_numpy=self.adapter.to_numpy if files else None,
-                            raise_on_error=self.cfg.on_write_error == "raise", warned=self._write_warned)
+                            raise_on_error=self.cfg.on_write_error == "raise", warned=self._write_warned,
+                            tensor_format=self.cfg.tensor_format)
         if self._idle_flusher is None and not self.cfg.async_dump:
             self._idle_flusher = _IdleFlusher(self)
         self.summ.reset()

@@ -13,7 +13,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..dumpfmt import JOURNAL, TENSOR_DIR, record_json, tensor_file_name, write_rank_files
 from ..errors import DumpWriteError
 from .journal import Journal, read_journal
-from .tensor_files import TensorFileWriter
+from ..dumpfmt.tensor_pack import PACK_TAR, PACKED, has_pack, repair
+from .tensor_files import TensorFileWriter, TensorPackWriter
 
 def _survive_file_size_limit() -> None:
     """By default exceeding RLIMIT_FSIZE kills the process with SIGXFSZ; ignored, the write
@@ -30,7 +31,7 @@ def _survive_file_size_limit() -> None:
 
 class DumpDir:
     def __init__(self, path: str, header: Dict[str, Any], *, tensor_to_numpy=None,
-                 raise_on_error: bool = False, warned: Optional[List[bool]] = None):
+                 raise_on_error: bool = False, warned: Optional[List[bool]] = None, tensor_format: str = "files"):
         self.path = path
         self.header = dict(header)       # task, level, framework
         self.raise_on_error = raise_on_error
@@ -43,12 +44,18 @@ class DumpDir:
         self._journal: Optional[Journal] = None
         self._tensors: Optional[TensorFileWriter] = None
         self.tensor_dir: Optional[str] = None
+        self._data_dir: Optional[str] = None     # dump.json's dump_data_dir: the folder, or the pack
         _survive_file_size_limit()
         try:
             os.makedirs(path, exist_ok=True)
             self._journal = Journal(os.path.join(path, JOURNAL))
-            if tensor_to_numpy is not None:
-                self.tensor_dir = os.path.join(path, TENSOR_DIR)
+            if tensor_to_numpy is not None and tensor_format == PACKED:
+                self.tensor_dir = os.path.join(path, TENSOR_DIR)    # the names; no folder is made
+                self._data_dir = os.path.join(path, PACK_TAR)
+                self.header["tensor_format"] = PACKED
+                self._tensors = TensorPackWriter(path, tensor_to_numpy, self._failed)
+            elif tensor_to_numpy is not None:
+                self.tensor_dir = self._data_dir = os.path.join(path, TENSOR_DIR)
                 os.makedirs(self.tensor_dir, exist_ok=True)
                 self._tensors = TensorFileWriter(tensor_to_numpy, self._failed)
             self._journal.append({"t": "header", "v": self._header_json()})
@@ -120,6 +127,10 @@ class DumpDir:
         self.flush()
         if self._tensors is not None:
             self._tensors.drain()
+            try:
+                self._tensors.seal()
+            except OSError as exc:
+                self._failed(exc)
         if not self._dirty:
             return
         try:
@@ -159,7 +170,9 @@ class DumpDir:
 
     def _header_json(self) -> Dict[str, Any]:
         head = dict(self.header)
-        head["dump_data_dir"] = self.tensor_dir
+        head["dump_data_dir"] = self._data_dir
+        if "tensor_format" in head:             # after dump_data_dir: unpack drops only this key
+            head["tensor_format"] = head.pop("tensor_format")
         return head
 
     def _failed(self, exc: BaseException) -> None:
@@ -197,6 +210,8 @@ def recover(path: str) -> int:
             stackdefs[key] = value
         elif kind == "stack":
             stack_keys.setdefault(value, []).append(key)
+    if has_pack(path):          # the tar of a killed run: cut its torn member, rewrite its index
+        repair(path)
     head = dict(header)
     head["incomplete"] = True
     write_rank_files(path, head, data, [(stack_keys.get(sid, []), frames) for sid, frames in stackdefs.items()],

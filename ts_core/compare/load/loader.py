@@ -6,16 +6,15 @@ imported only when a ``.pt`` file is actually read.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ...dumpfmt import (INPUT, DumpFormatError, OUTPUT, PARAMETER, TENSOR_DIR, DumpUnit, Entry, TensorFileError,
+from ...dumpfmt import (INPUT, DumpFormatError, OUTPUT, PARAMETER, DumpUnit, Entry,
                        find_dumps, is_tensor_summary, parse_key, read_construct, read_header_and_data, read_json,
                        read_stacks, record_entries)
+from ...dumpfmt.tensor_store import TensorStore, load_tensor_file, open_tensors
 from .autograd_order import reorder
 
 __all__ = ["Dump", "DumpUnit", "Call", "Entry", "find_dumps", "read_json", "record_to_call", "is_tensor_summary",
@@ -62,6 +61,7 @@ class Dump:
         self.msprobe = order.msprobe
         self._stack: Optional[Dict[str, List[str]]] = None
         self._construct: Optional[Dict[str, Any]] = None
+        self._tensors: Optional[TensorStore] = None
 
     def calls(self) -> List[Call]:
         calls = [record_to_call(k, v, i) for i, (k, v) in enumerate(self.data.items())]
@@ -82,18 +82,15 @@ class Dump:
             self._construct = read_construct(str(self.dir))
         return self._construct
 
-    def tensor_path(self, data_name: str) -> Path:
-        name = os.path.basename(str(data_name))  # a data_name never leaves the tensor folder
-        candidates = [self.dir / TENSOR_DIR / name]
-        if self.data_dir:
-            candidates.append(Path(self.data_dir) / name)
-        for c in candidates:
-            if c.is_file():
-                return c
-        raise TensorFileError(f"tensor file missing: {candidates[0]}")
+    @property
+    def tensors(self) -> TensorStore:
+        """Where this dump's tensor files are read, whatever the layout (folder or pack)."""
+        if self._tensors is None:
+            self._tensors = open_tensors(self.dir, self.data_dir)
+        return self._tensors
 
     def load_tensor(self, data_name: str) -> np.ndarray:
-        array = load_tensor_file(self.tensor_path(data_name))
+        array = self.tensors.load(data_name)
         _BYTES_READ[0] += array.nbytes
         return array.T if data_name in self.transposed else array    # msprobe's weight^T gradient
 
@@ -103,41 +100,6 @@ _BYTES_READ = [0]      # tensor bytes this process loaded (the statistics-first 
 
 def tensor_bytes_read() -> int:
     return _BYTES_READ[0]
-
-
-def load_tensor_file(path: Path) -> np.ndarray:
-    """Load a .npy (memory-mapped, never pickled) or an msprobe .pt (weights_only) as numpy."""
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".npy":
-            try:
-                return np.load(path, mmap_mode="r", allow_pickle=False)
-            except ValueError as e:
-                if "object" in str(e).lower() or "pickle" in str(e).lower():
-                    raise TensorFileError(f"{path}: holds Python objects; refusing to unpickle") from None
-                raise
-        if suffix == ".pt":
-            return _load_pt(path)
-    except TensorFileError:
-        raise
-    except Exception as e:  # truncated/corrupt files: the row says so, the rest goes on
-        raise TensorFileError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
-    raise TensorFileError(f"{path}: unsupported tensor file type {suffix!r} (expected .npy or .pt)")
-
-
-def _load_pt(path: Path) -> np.ndarray:
-    import torch  # only msprobe's .pt files need it
-
-    try:  # memory-mapped where the file format allows: a large tensor is not read twice
-        t = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except RuntimeError:
-        t = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(t, torch.Tensor):
-        raise TensorFileError(f"{path}: holds {type(t).__name__}, not a tensor")
-    t = t.detach()
-    if t.dtype == torch.bfloat16 or "float8" in str(t.dtype) or "float4" in str(t.dtype):
-        t = t.float()  # numpy has no such dtype; float32 holds these values exactly
-    return t.contiguous().numpy()
 
 
 def pair_units(golden: List[DumpUnit], target: List[DumpUnit]) -> Tuple[List[Tuple[DumpUnit, DumpUnit]],

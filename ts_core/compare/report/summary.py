@@ -45,6 +45,7 @@ def summarize(path: os.PathLike | str) -> List[Dict[str, Any]]:
         out.append({"path": str(unit.json_path), "step": unit.step, "rank": unit.rank, "task": dump.task,
                     "level": dump.level, "framework": dump.framework, "records": len(calls), "counts": counts,
                     "tensors": tensors, "tensor_files": with_data, "tensor_mode": with_data > 0,
+                    "tensor_format": dump.tensors.layout, "tensors_stored": len(dump.tensors.names()),
                     "first_nonfinite": first_bad})
     return out
 
@@ -68,7 +69,8 @@ def summary_text(items: List[Dict[str, Any]]) -> str:
     lines.append(f"{len(items)} dump(s); steps: {steps or '-'}; ranks: {ranks}")
     for i in items:
         c = i["counts"]
-        mode = "tensor" if i["tensor_mode"] else "statistics only"
+        mode = ("tensor" + (f" (packed, {i['tensors_stored']} stored)" if i["tensor_format"] == "packed" else "")
+                if i["tensor_mode"] else "statistics only")
         lines.append(f"step {i['step']} {i['rank'] or '-'}: {i['records']} records "
                      f"({c['forward']} forward, {c['backward']} backward, {c['parameters_grad']} parameters_grad, "
                      f"{c['other']} other), {i['tensors']} tensors, {mode}; task={i['task'] or '?'} "

@@ -1,0 +1,121 @@
+"""A dump's tensors are read through one object, whatever the layout: ``open_tensors(folder)``
+gives a ``TensorStore`` whose ``load(data_name)`` returns the array. Two layouts exist: msprobe's
+``dump_tensor_data/`` folder (``.npy``, or msprobe's ``.pt``) and the packed tar
+(tensor_pack.py). Only data formats are read: ``.npy`` never unpickled, ``.pt`` through
+``torch.load(weights_only=True)`` (torch imported only when such a file is read).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+
+from .errors import TensorFileError
+from .layout import TENSOR_DIR
+from .tensor_pack import PackReader, has_pack
+
+
+class TensorStore:
+    """The tensors of one step/rank folder, by ``data_name`` (``KEY.input.0.npy``)."""
+
+    layout = ""
+
+    def load(self, data_name: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def names(self) -> List[str]:
+        """The tensor files stored (repeated tensors under each of their names)."""
+        raise NotImplementedError
+
+
+class FolderTensors(TensorStore):
+    """msprobe's layout: one file per tensor in ``dump_tensor_data/`` (or ``dump_data_dir``)."""
+
+    layout = "files"
+
+    def __init__(self, folders: List[Path]):
+        self.folders = folders
+
+    def path(self, data_name: str) -> Path:
+        name = os.path.basename(str(data_name))  # a data_name never leaves the tensor folder
+        for folder in self.folders:
+            if (folder / name).is_file():
+                return folder / name
+        raise TensorFileError(f"tensor file missing: {self.folders[0] / name}")
+
+    def load(self, data_name: str) -> np.ndarray:
+        return load_tensor_file(self.path(data_name))
+
+    def names(self) -> List[str]:
+        folder = next((f for f in self.folders if f.is_dir()), None)
+        return sorted(os.listdir(folder)) if folder is not None else []
+
+
+class PackedTensors(TensorStore):
+    """The packed layout: members of ``dump_tensor_data.tar``, mapped in place."""
+
+    layout = "packed"
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self._reader: Optional[PackReader] = None
+
+    @property
+    def reader(self) -> PackReader:
+        if self._reader is None:             # the index is read on the first tensor asked for
+            self._reader = PackReader(self.folder)
+        return self._reader
+
+    def load(self, data_name: str) -> np.ndarray:
+        return self.reader.load(os.path.basename(str(data_name)))
+
+    def names(self) -> List[str]:
+        return self.reader.names()
+
+
+def open_tensors(folder: "os.PathLike | str", data_dir: Optional[str] = None) -> TensorStore:
+    """The tensors of the rank folder `folder` (``data_dir``: dump.json's ``dump_data_dir``)."""
+    folder = Path(folder)
+    if has_pack(folder):
+        return PackedTensors(folder)
+    folders = [folder / TENSOR_DIR]
+    if data_dir:
+        folders.append(Path(data_dir))
+    return FolderTensors(folders)
+
+
+def load_tensor_file(path: Path) -> np.ndarray:
+    """Load a .npy (memory-mapped, never pickled) or an msprobe .pt (weights_only) as numpy."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            try:
+                return np.load(path, mmap_mode="r", allow_pickle=False)
+            except ValueError as e:
+                if "object" in str(e).lower() or "pickle" in str(e).lower():
+                    raise TensorFileError(f"{path}: holds Python objects; refusing to unpickle") from None
+                raise
+        if suffix == ".pt":
+            return _load_pt(path)
+    except TensorFileError:
+        raise
+    except Exception as e:  # truncated/corrupt files: the row says so, the rest goes on
+        raise TensorFileError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
+    raise TensorFileError(f"{path}: unsupported tensor file type {suffix!r} (expected .npy or .pt)")
+
+
+def _load_pt(path: Path) -> np.ndarray:
+    import torch  # only msprobe's .pt files need it
+
+    try:  # memory-mapped where the file format allows: a large tensor is not read twice
+        t = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError:
+        t = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(t, torch.Tensor):
+        raise TensorFileError(f"{path}: holds {type(t).__name__}, not a tensor")
+    t = t.detach()
+    if t.dtype == torch.bfloat16 or "float8" in str(t.dtype) or "float4" in str(t.dtype):
+        t = t.float()  # numpy has no such dtype; float32 holds these values exactly
+    return t.contiguous().numpy()
