@@ -4,8 +4,8 @@ The base owns the decisions and the flow: which levels wrap APIs and which hook 
 model-type check, installing and closing, custom API registration, the body of every API
 wrapper and of every module pre/post hook, debug-level gradient saves and parameter-gradient
 capture. A framework backend (``torch/``, ``mindspore/``) sets a few class attributes and
-implements the ``*_impl`` methods: what its modules, parameters, gradient taps and ranks look
-like. What a model of the framework is and how a hook goes on it is the framework's
+implements the ``*_impl`` methods: its gradient captures and taps, how outputs are watched, its
+own patches and per-step state. What a model of the framework is and how a hook goes on it is the framework's
 ``ModelAccess`` (``access_class``); every module hook goes on through the model's hook owner
 (``ts_core/model_hooks.py``), the dump's module records, ``module_dump`` and the token-range
 iteration hooks being three of its clients. The debugger talks to a backend only through the

@@ -39,7 +39,7 @@ class MonitorTap:
         col = collector
         self._summarize = col.summ.summarize
         self._summarize_tensor = col.summ.tensor
-        self._content_key = getattr(col.adapter, "content_key", None)    # None: no reuse (MindSpore)
+        self._content_key = col.adapter.content_key      # None: no reuse (MindSpore)
         self._seen: Dict[Any, tuple] = {}          # content key -> (weak ref, summary), this micro-batch
         self._stacks = col.stacks                  # None when the config says stack: false
         self._is_tensor = col.adapter.is_tensor
@@ -48,7 +48,6 @@ class MonitorTap:
         self._parent: Dict[str, Optional[str]] = {}     # module base -> its parent module's base
         self._inplace: set = set()                      # bases of modules that overwrite their input
         self._frames: Dict[str, List[List[str]]] = {}   # module base -> frames of its n-th call
-        self._frames_by_id: Dict[int, List[str]] = {}
         self._param_ids: Dict[tuple, int] = {}          # (module base, name) -> id of the parameter
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -209,10 +208,8 @@ class MonitorTap:
     def _capture_stack(self) -> List[str]:
         """The frames of the call being hooked (walked once per module call index: a training
         step makes the same calls from the same lines every time)."""
-        sid, frames = self._stacks.capture()
-        if frames is not None:
-            self._frames_by_id[sid] = frames
-        return self._frames_by_id.get(sid, [])
+        sid, _ = self._stacks.capture()
+        return self._stacks.frames_of(sid)
 
 
 

@@ -250,7 +250,7 @@ class Recorder:
             self._summarize("data", named, crc=True, defer=dbg.config.async_dump and dbg.in_window)
             if not self.pending:
                 self.write()        # weights and batch in one write, before the forward runs
-        if getattr(self.adapter, "framework", "") == "pytorch":
+        if self.adapter.framework == "pytorch":
             self.remove_hook()      # MindSpore iterates its hook dict while calling: removed at the next start/close
         return None
 
