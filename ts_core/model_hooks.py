@@ -63,7 +63,9 @@ class ModelHooks:
         self._model = weakref.ref(model)
         self.access = access
         self._handles: Dict[int, List[Any]] = {}       # id(client) -> its handles
-        self._clients: Dict[int, ModelHook] = {}
+        # Held weakly: a client lives as long as its hooks on the model (a client may hold the
+        # model, and owners are found through a global table, which must never keep a model alive).
+        self._clients: "weakref.WeakValueDictionary[int, ModelHook]" = weakref.WeakValueDictionary()
 
     def add(self, client: ModelHook) -> "ClientHandle":
         """Register `client`'s hooks on the model; idempotent per client. Returns the handle
@@ -110,8 +112,8 @@ class ModelHooks:
         _remove(self._handles.pop(id(client), []))
 
     def remove_all(self) -> None:
-        for key in list(self._clients):
-            self.remove(self._clients[key])
+        for client in list(self._clients.values()):
+            self.remove(client)
 
     def backward_end(self, callback: Callable[[], None]) -> Any:
         """An object whose ``watch(output)`` has ``callback()`` run once when the backward

@@ -65,6 +65,23 @@ def test_each_client_is_removed_as_a_unit_and_the_others_stay():
     assert _hook_count(model) == 0
 
 
+def test_a_client_that_holds_its_model_never_keeps_it_alive():
+    import gc
+    import weakref
+
+    class Holder(Recorder):
+        def __init__(self, model):
+            super().__init__("holder", [])
+            self.model = model
+
+    model = _net()
+    hooks_of(model).add(Holder(model))
+    ref = weakref.ref(model)
+    del model
+    gc.collect()
+    assert ref() is None
+
+
 def test_parameter_gradients_reach_the_client_as_autograd_accumulates_them():
     model = _net()
     seen = {}
