@@ -1,0 +1,1 @@
+"""Explain: the call that introduced an error, which rank diverged first, replica consistency."""
