@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, List, Mapping, Optional
 
 from .dumpfmt.tensor_pack import TENSOR_FORMATS   # msprobe's one .npy per tensor, or one tar per step and rank
-from .errors import ConfigError
+from .errors import ConfigError, unknown_key
 from .monitor.options import MonitorConfig, parse_monitor
 
 TASKS = ("statistics", "tensor", "structure")
@@ -183,12 +183,6 @@ def _bool(name: str, value: Any) -> bool:
     return value
 
 
-def _unknown(name: str, known: Iterable[str]) -> ConfigError:
-    near = difflib.get_close_matches(name, sorted(known), n=1)
-    hint = f"did you mean '{near[0]}'? " if near else ""
-    return ConfigError(name, "(unknown key)", f"{hint}known keys: {', '.join(sorted(known))}")
-
-
 # The ready configs shipped in the package (ts_core/configs/*.json and their *.yaml twins).
 READY_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 
@@ -257,7 +251,7 @@ def _flatten(raw: Mapping[str, Any]) -> dict:
         if key in _TOLERATED_TOP:
             continue
         if key not in _TOP:
-            raise _unknown(key, _TOP | _TOLERATED_TOP)
+            raise unknown_key(key, _TOP | _TOLERATED_TOP)
         if key in TASKS:
             continue
         flat[key] = value
@@ -270,7 +264,7 @@ def _flatten(raw: Mapping[str, Any]) -> dict:
             raise ConfigError(section, body, "use a mapping of scope/list/data_mode/...")
         for key, value in body.items():
             if key not in _SECTION:
-                raise _unknown(f"{section}.{key}", {f"{section}.{k}" for k in _SECTION_OURS})
+                raise unknown_key(f"{section}.{key}", {f"{section}.{k}" for k in _SECTION_OURS})
             if key not in _SECTION_OURS or section != task:
                 continue
             only = _SECTION_ONLY.get(key)
@@ -292,7 +286,7 @@ def build_config(config_path: Optional[str] = None, **overrides: Any) -> Debugge
         if value is None:
             continue
         if key not in names:
-            raise _unknown(key, names)
+            raise unknown_key(key, names)
         flat[key] = value
     return validate(flat)
 

@@ -1,4 +1,8 @@
 """Exceptions users see: each names what to change."""
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
 
 
 class ConfigError(ValueError):
@@ -7,6 +11,13 @@ class ConfigError(ValueError):
     def __init__(self, field: str, value, allowed: str):
         self.field, self.value, self.allowed = field, value, allowed
         super().__init__(f"config field '{field}': got {value!r}; {allowed}")
+
+
+def unknown_key(name: str, known: Iterable[str]) -> ConfigError:
+    """The error for a config key nobody reads, with the closest known key as a hint."""
+    near = difflib.get_close_matches(name, sorted(known), n=1)
+    hint = f"did you mean '{near[0]}'? " if near else ""
+    return ConfigError(name, "(unknown key)", f"{hint}known keys: {', '.join(sorted(known))}")
 
 
 class DumpWriteError(OSError):

@@ -18,7 +18,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ts_core.dumpfmt.token_map import FORMAT, write_token_map
-from ts_core.model_hooks import forward_hooks
+from ts_core.model_hooks import ModelHook, hooks_of
 
 __all__ = ["Describer", "IterationInfo", "Segment", "TokenWindow", "check_token_range"]
 
@@ -88,7 +88,7 @@ class TokenWindow:
         self.requests: Dict[str, dict] = {}
         self.seen_iterations = 0
         self.token_map_path: Optional[str] = None
-        self._handles: List[Any] = []
+        self._handles: List[Any] = []            # removable: one per client of the model's hook owner
         self._open: Optional[dict] = None        # the collected forward in progress
         self._keys_before = 0
         self._rank_dir: Optional[str] = None
@@ -103,8 +103,10 @@ class TokenWindow:
             return self
         self._rank_dir = dbg.open_dump_dir
         self._keys_before = len(dbg.record_keys())
-        self._handles += forward_hooks(self.model, self._pre, self._post, on=self.end_module,
-                                       pre_with_kwargs=True, prepend=True)
+        start = _Hook(pre=self._pre, post=None if self.end_module is not None else self._post, prepend=True)
+        self._handles.append(hooks_of(self.model).add(start))
+        if self.end_module is not None:
+            self._handles.append(hooks_of(self.end_module).add(_Hook(post=self._post)))
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -121,7 +123,7 @@ class TokenWindow:
             dbg.step()
 
     # -- per forward ----------------------------------------------------------------------------
-    def _pre(self, module: Any, args: tuple, kwargs: dict) -> None:
+    def _pre(self, ctx: Any, module: Any, args: tuple, kwargs: dict) -> None:
         self._close_iteration()              # a forward whose end hook never ran
         it = self.seen_iterations
         self.seen_iterations += 1
@@ -152,7 +154,7 @@ class TokenWindow:
         self._open = entry
         self.debugger.set_collecting(True)
 
-    def _post(self, module: Any, args: tuple, output: Any) -> None:
+    def _post(self, ctx: Any, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
         self._close_iteration()
 
     def _close_iteration(self) -> None:
@@ -186,6 +188,15 @@ class TokenWindow:
             self.token_map_path = write_token_map(self._rank_dir, self.token_map())
         except OSError as exc:
             warnings.warn(f"tsprobe: could not write the token map into {self._rank_dir}: {exc}", RuntimeWarning)
+
+
+class _Hook(ModelHook):
+    """The window's forward hooks on one module (a client of its hook owner)."""
+
+    def __init__(self, pre: Optional[Callable] = None, post: Optional[Callable] = None, prepend: bool = False):
+        self.pre_forward = pre
+        self.post_forward = post
+        self.prepend = prepend
 
 
 def _default_request_index(ids: List[str]) -> Dict[str, int]:

@@ -40,10 +40,10 @@ trainer.evaluate() before or after train() is recorded too.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from ts_core import PrecisionDebugger
-from ts_core.model_hooks import forward_hooks
+from ts_core.model_hooks import ModelHook, hooks_of
 
 from ._common import StepDriver, make_debugger
 from .hf_generate import generate_with_dump, split_by_request
@@ -57,16 +57,6 @@ def _grad_enabled() -> bool:
     return torch.is_grad_enabled()
 
 
-def _autograd_queue_callback() -> Optional[Callable[[Callable[[], None]], None]]:
-    """torch's "run this when the current backward finishes", or None where torch lacks it."""
-    try:
-        from torch.autograd import Variable
-
-        return Variable._execution_engine.queue_callback
-    except (ImportError, AttributeError):        # pragma: no cover - every supported torch has it
-        return None
-
-
 def _sync_gradients() -> bool:
     try:
         from accelerate.state import GradientState
@@ -76,24 +66,10 @@ def _sync_gradients() -> bool:
         return True
 
 
-def _grad_tensors(output: Any, out: list, depth: int = 0) -> list:
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        if output.requires_grad:
-            out.append(output)
-    elif depth < 4 and isinstance(output, dict):
-        for v in output.values():
-            _grad_tensors(v, out, depth + 1)
-    elif depth < 4 and isinstance(output, (list, tuple)):
-        for v in output:
-            _grad_tensors(v, out, depth + 1)
-    return out
-
-
-class _RootWatch:
-    """Forward pre/post hooks on the root model plus an end-of-backward callback: the events
-    the Trainer does not send (each micro-batch's forward start and backward end)."""
+class _RootWatch(ModelHook):
+    """Forward pre/post hooks on the root model plus the end of its backward (the hook owner's
+    ``backward_end``): the events the Trainer does not send (each micro-batch's forward start
+    and backward end). A client of the model's hook owner."""
 
     def __init__(self, driver: StepDriver):
         self.driver = driver
@@ -101,8 +77,7 @@ class _RootWatch:
         self.state: Any = None             # the Trainer's TrainerState (global_step for eval forwards)
         self.model: Any = None
         self.handles: list = []
-        self.queued = False
-        self._queue: Optional[Callable] = None
+        self._backward_end: Any = None     # watches this model's backward (None: the framework can't tell)
         self.model_loss: Any = None        # monitor: this micro-batch's model-output loss, not yet given
         self.user_loss = False             # monitor: observe_loss() was called in this micro-batch
 
@@ -111,17 +86,19 @@ class _RootWatch:
             return
         self.remove()
         self.model = model
-        self._queue = _autograd_queue_callback()
-        self.handles = forward_hooks(model, self._pre, self._post)      # never traced by torch.compile
+        owner = hooks_of(model)
+        self._backward_end = owner.backward_end(self._backward_done)
+        self.handles = [owner.add(self)]          # never traced by torch.compile
 
     def remove(self) -> None:
         for h in self.handles:
             h.remove()
         self.handles = []
         self.model = None
-        self.queued = False
+        if self._backward_end is not None:
+            self._backward_end.reset()
 
-    def _pre(self, module: Any, args: tuple) -> None:
+    def pre_forward(self, ctx: Any, module: Any, args: tuple, kwargs: dict) -> None:
         drv = self.driver
         if module.training and _grad_enabled():
             if self.armed is not None:
@@ -129,7 +106,7 @@ class _RootWatch:
         elif drv.dump_eval and self.armed is None and self.state is not None:
             drv.begin(self.state.global_step, module)
 
-    def _post(self, module: Any, args: tuple, output: Any) -> None:
+    def post_forward(self, ctx: Any, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
         drv = self.driver
         if not drv.in_window:
             return
@@ -138,24 +115,11 @@ class _RootWatch:
             return
         if self.armed is not None:          # monitor mode: the model's own loss, given at backward end
             self.model_loss = _loss_of(output)     # unless compute_loss gives its own (observe_loss)
-        if self._queue is None:
-            return                          # on_substep_end / on_pre_optimizer_step stop us
-        for t in _grad_tensors(output, []):
-            t.register_hook(self._on_output_grad)
-
-    def _on_output_grad(self, grad: Any) -> None:
-        if not self.queued:
-            self.queued = True
-            self._queue(self._backward_finishing)
-        return None
-
-    def _backward_finishing(self) -> None:
-        # runs when autograd finished this backward; queue once more so that we come
-        # after callbacks queued meanwhile (DDP copies the all-reduced gradients there)
-        self._queue(self._backward_done)
+        if self._backward_end is not None:    # else on_substep_end / on_pre_optimizer_step stop us
+            self._backward_end.watch(output)
 
     def _backward_done(self) -> None:
-        self.queued = False
+        """The micro-batch's backward has finished (after DDP's gradient copies)."""
         self.give_loss()
         self.driver.pause()
         if self.armed is not None and _sync_gradients():

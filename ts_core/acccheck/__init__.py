@@ -7,7 +7,8 @@ reference with msprobe's dtype-aware standards (``standards.py``). Calls that ca
 are listed with the reason. Importing this package needs only numpy and pyyaml; the framework
 is imported when a dump of it is checked.
 """
-from .check import AccCheckResult, CallResult, DetailRow, acc_check
+from .check import acc_check
+from .result import AccCheckResult, CallResult, DetailRow
 from .standards import load_standards
 
 __all__ = ["acc_check", "AccCheckResult", "CallResult", "DetailRow", "load_standards"]

@@ -4,8 +4,12 @@ The base owns the decisions and the flow: which levels wrap APIs and which hook 
 model-type check, installing and closing, custom API registration, the body of every API
 wrapper and of every module pre/post hook, debug-level gradient saves and parameter-gradient
 capture. A framework backend (``torch/``, ``mindspore/``) sets a few class attributes and
-implements the ``*_impl`` methods: what its modules, parameters, gradient taps and ranks look
-like. The debugger talks to a backend only through the public methods declared here.
+implements the ``*_impl`` methods: its gradient captures and taps, how outputs are watched, its
+own patches and per-step state. What a model of the framework is and how a hook goes on it is the framework's
+``ModelAccess`` (``access_class``); every module hook goes on through the model's hook owner
+(``ts_core/model_hooks.py``), the dump's module records, ``module_dump`` and the token-range
+iteration hooks being three of its clients. The debugger talks to a backend only through the
+public methods declared here; the ``*_impl`` methods are called by this class alone.
 """
 from __future__ import annotations
 
@@ -13,7 +17,10 @@ import abc
 import functools
 from typing import Any, Callable, ClassVar, Dict, Iterator, Optional, Tuple, Type
 
+from ..dumpfmt import module_base
+from ..model_hooks import ModelHook, hooks_of
 from ._depth import DEPTH, internal
+from .access import ModelAccess
 from .callers import CallerFilter
 from .hook_set import HookSet
 from .patching import ApiPatcher
@@ -44,9 +51,9 @@ class Backend(abc.ABC):
     """One debugger's hooks into one framework; a subclass per framework (see the module doc)."""
 
     adapter_class: ClassVar[type]               # the collector's TensorAdapter (its .framework names us)
+    access_class: ClassVar[Type[ModelAccess]]   # the framework's models and hooks
     skip_dirs: ClassVar[Tuple[str, ...]]        # framework folders left out of stack.json
     api_patcher_class: ClassVar[Type[ApiPatcher]]     # which APIs exist and how they are wrapped
-    model_type_name: ClassVar[str]              # for errors: "torch.nn.Module"
     module_prefix: ClassVar[str]                # record keys of modules: "Module" / "Cell"
     # A module's input gradients are observed through per-use taps that the API wrappers place
     # inside it (MindSpore: a tap at the module's own inputs would pre-sum their uses). Then
@@ -62,6 +69,8 @@ class Backend(abc.ABC):
         self.cfg = cfg
         self.collector = collector
         self.switch = switch
+        self.access = self.access_class()
+        self._grad_recording = self.access.grad_recording      # hot: bound once
         self.want_backward = bool(collector.want["backward", "input"] or collector.want["backward", "output"])
         self.hooks = HookSet(collector)
         self.module_dumps = HookSet(collector)       # msprobe's module_dump: one module as a whole
@@ -97,10 +106,15 @@ class Backend(abc.ABC):
         """What the API wrappers call: the recording body, or the tap-only body at L0."""
         return self.run_api if self.wraps_apis else self.run_api_taps_only
 
+    @property
+    def model_type_name(self) -> str:
+        """For errors: ``torch.nn.Module``."""
+        return self.access.model_type_name
+
     def class_name(self, module: Any) -> str:
         """The class a module's records are named after: the user's class, also when a
         parallelism wrapper replaced it by a subclass of its own (FSDP2's ``FSDPBlock``)."""
-        return self._class_name_impl(module)
+        return self.access.class_name(module)
 
     def needs_model(self, model: Any) -> bool:
         """True when the level records modules but none is hooked and `model` is None."""
@@ -120,7 +134,7 @@ class Backend(abc.ABC):
             return
         models = model if isinstance(model, (list, tuple)) else [model]
         for m in models:
-            if not self._is_model_impl(m):
+            if not self.access.is_model(m):
                 raise TypeError(f"start(model=...) expects {self.model_type_name}, got {type(m).__name__}")
         if self.patches_apis:
             self._install_apis()
@@ -139,13 +153,13 @@ class Backend(abc.ABC):
     def _model_objects(self, model: Any) -> Iterator[Any]:
         """`model` and every submodule: where attributes holding API functions are looked for."""
         yield model
-        for _, m in self._submodules_impl(model):
+        for _, m in self.access.submodules(model):
             yield m
 
     def watch_iterations(self, model: Any, on_begin: Callable[[], None], on_end: Callable[[], None]) -> None:
         """Call on_begin/on_end around every forward of the root model (token ranges)."""
-        self.hooks.handles.append(self._forward_pre_hook_impl(model, lambda m, a: on_begin(), with_kwargs=False))
-        self.hooks.handles.append(self._forward_hook_impl(model, lambda m, a, o: on_end(), with_kwargs=False))
+        client = _Iterations(on_begin, on_end, self.cfg.compile_mode)
+        self.hooks.handles.append(hooks_of(model, self.access).add(client))
 
     def new_step(self) -> None:
         self.hooks.reset()
@@ -163,11 +177,11 @@ class Backend(abc.ABC):
         (MindSpore: gradients are returned, not stored) keeps what its hooks saw."""
         with internal():
             for base, pname, param in self.hooks.watched_params():
-                self._on_param_grad(base, pname, self._accumulated_grad_impl(param))
+                self._on_param_grad(base, pname, self.access.accumulated_grad(param))
 
     def rank(self) -> Optional[int]:
         """This process's rank in the framework's distributed group; None when not distributed."""
-        return self._rank_impl()
+        return self.access.rank()
 
     def register_custom_api(self, module: Any, api_name: str, api_prefix: Optional[str] = None) -> None:
         self.apis.register(module, api_name, api_prefix)
@@ -180,7 +194,7 @@ class Backend(abc.ABC):
         ``gate.active`` (the debugger turns every other hook off meanwhile). Idempotent per
         module and name; a new name replaces the module's old module_dump hooks."""
         self._check_runtime_impl()
-        if not self._is_model_impl(module):
+        if not self.access.is_model(module):
             raise TypeError(f"module_dump(module, ...) expects {self.model_type_name}, got {type(module).__name__}")
         if self._module_dump_names.get(id(module)) == dump_name and module in self.module_dumps.hooked:
             return
@@ -189,12 +203,9 @@ class Backend(abc.ABC):
             self._module_dump_names.clear()
         self.module_dumps.hooked.add(module)
         self._module_dump_names[id(module)] = dump_name
-        base = f"{self.module_prefix}.{dump_name}.{self.class_name(module)}"
-        handles = self.module_dumps.handles
-        handles.append(self._forward_pre_hook_impl(
-            module, functools.partial(self._gated_pre, gate, self.module_dumps, base), with_kwargs=True))
-        handles.append(self._forward_hook_impl(
-            module, functools.partial(self._post, self.module_dumps, base), with_kwargs=True))
+        client = _ModuleRecords(self, gate, self.module_dumps, submodules=False,
+                                name=lambda path, m: dump_name, param_grads=False)
+        self.module_dumps.handles.append(hooks_of(module, self.access).add(client))
 
     def close(self) -> None:
         """Restore every patched function and remove every hook."""
@@ -210,8 +221,8 @@ class Backend(abc.ABC):
         """Debug-level save: record the gradients of `variable`'s tensors (the first complete
         set) under `key` when backward delivers them."""
         is_tensor = self.collector.adapter.is_tensor
-        tensors = [t for t in leaves(variable, is_tensor, []) if self._may_get_grad_impl(t)]
-        if not tensors or not self._grad_recording_impl():
+        tensors = [t for t in leaves(variable, is_tensor, []) if self.access.may_get_grad(t)]
+        if not tensors or not self._grad_recording():
             return
         grads: Dict[int, Any] = {}
         col = self.collector
@@ -229,7 +240,7 @@ class Backend(abc.ABC):
             return hook
 
         for i, t in enumerate(tensors):
-            self._hook_grad_impl(t, make_hook(i))
+            self.access.grad_hook(t, make_hook(i))
 
     # -- the API wrapper's body (L1) ----------------------------------------------------------
     def run_api(self, orig: Callable, base: str, name: str, args: tuple, kwargs: dict,
@@ -279,7 +290,7 @@ class Backend(abc.ABC):
         try:
             if inplace is None:
                 inplace = is_inplace(name, kwargs)
-            if inplace or base.startswith(self._collective_prefixes) or not self._grad_recording_impl():
+            if inplace or base.startswith(self._collective_prefixes) or not self._grad_recording():
                 return orig(*args, **kwargs)
             return self._call_with_use_taps_impl(orig, args, kwargs)
         finally:
@@ -290,19 +301,10 @@ class Backend(abc.ABC):
         """Hook every submodule of `model` (not `model` itself). Idempotent per model."""
         if not self.hooks.hooked.add(model):
             return
-        handles = self.hooks.handles
-        for path, module in self._submodules_impl(model):
-            name = path if index is None else f"{index}.{path}"
-            base = f"{self.module_prefix}.{name}.{self.class_name(module)}"
-            handles.append(self._forward_pre_hook_impl(
-                module, functools.partial(self._gated_pre, self.switch, self.hooks, base), with_kwargs=True))
-            handles.append(self._forward_hook_impl(module, functools.partial(self._post, self.hooks, base),
-                                                   with_kwargs=True))
-            for pname, param in self._own_parameters_impl(module).items():
-                if getattr(param, "requires_grad", False):
-                    handle = self._hook_param_impl(base, pname, param)
-                    if handle is not None:
-                        handles.append(handle)
+        name = (lambda path, m: path) if index is None else (lambda path, m: f"{index}.{path}")
+        client = _ModuleRecords(self, self.switch, self.hooks, submodules=True, name=name,
+                                param_grads=self.want_backward)
+        self.hooks.handles.append(hooks_of(model, self.access).add(client))
 
     def _gated_pre(self, gate: Any, hooks: HookSet, base: str, module: Any, args: tuple, kwargs: dict):
         """A module's forward starts: recorded while `gate` is on (the level's module hooks: the
@@ -323,7 +325,7 @@ class Backend(abc.ABC):
                 # module_dump's module is tapped as an API call: no per-use taps run meanwhile.
                 capture = self._new_capture(call, module if hooks is self.hooks else None)
                 if capture is not None:
-                    inplace = self._module_is_inplace_impl(module)
+                    inplace = self.access.module_is_inplace(module)
                     if not inplace:     # before the statistics ops, as for APIs
                         run_args, run_kwargs = capture.before_call(args, kwargs)
                 col.forward_inputs(call, args, kwargs)
@@ -342,7 +344,7 @@ class Backend(abc.ABC):
                 if call.selected:
                     if capture is not None:
                         self._watch_module_outputs_impl(capture, output, args, inplace)
-                    params = self._own_parameters_impl(module)
+                    params = self.access.own_parameters(module)
                     col.forward_outputs(call, output, params or None)
             finally:
                 col.end(call)
@@ -382,7 +384,7 @@ class Backend(abc.ABC):
     def _new_capture(self, call: Any, module: Any = None) -> Any:
         """A gradient capture for `call` (of `module`, for a module call hooked by the level),
         or None when backward is not recorded right now."""
-        if not self.want_backward or not self._grad_recording_impl():
+        if not self.want_backward or not self._grad_recording():
             return None
         col = self.collector
         emit = lambda go, gi: col.backward(call, go, gi)     # noqa: E731
@@ -392,31 +394,6 @@ class Backend(abc.ABC):
         return capture
 
     # -- what each framework fills in ---------------------------------------------------------
-    @abc.abstractmethod
-    def _is_model_impl(self, model: Any) -> bool:
-        """Is `model` a model of this framework (``nn.Module`` / ``nn.Cell``)?"""
-
-    @abc.abstractmethod
-    def _submodules_impl(self, model: Any) -> Iterator[Tuple[str, Any]]:
-        """(dotted path, submodule) for every submodule of `model`, `model` itself excluded."""
-
-    @abc.abstractmethod
-    def _own_parameters_impl(self, module: Any) -> Dict[str, Any]:
-        """`module`'s own parameters by attribute name (not recursing)."""
-
-    @abc.abstractmethod
-    def _hook_param_impl(self, base: str, pname: str, param: Any) -> Any:
-        """Have `param`'s gradients reach ``_on_param_grad(base, pname, grad)``; returns the
-        hook's removable handle, or None when nothing was hooked."""
-
-    @abc.abstractmethod
-    def _accumulated_grad_impl(self, param: Any) -> Any:
-        """`param`'s current accumulated gradient (None when there is none)."""
-
-    @abc.abstractmethod
-    def _grad_recording_impl(self) -> bool:
-        """Is the framework recording ops for a gradient right now?"""
-
     @abc.abstractmethod
     def _grad_capture_impl(self, emit: Callable[[list, list], None]) -> Any:
         """A new gradient capture reporting to `emit`: ``before_call(args, kwargs)`` returns the
@@ -442,18 +419,6 @@ class Backend(abc.ABC):
     def _abandon_capture_impl(self, capture: Any) -> None:
         """A module call whose end never came (see ``_end_stale``): release what its capture holds."""
 
-    def _hook_grad_impl(self, tensor: Any, fn: Callable[[Any], None]) -> None:
-        """``fn(grad)`` when `tensor`'s gradient arrives (a hook the backend can release)."""
-        tensor.register_hook(fn)
-
-    @abc.abstractmethod
-    def _may_get_grad_impl(self, tensor: Any) -> bool:
-        """Can `tensor` receive a gradient (debug-level ``save``)?"""
-
-    @abc.abstractmethod
-    def _module_is_inplace_impl(self, module: Any) -> bool:
-        """Does `module` overwrite its input (its inputs must then stay the caller's tensors)?"""
-
     @abc.abstractmethod
     def _watch_module_outputs_impl(self, capture: Any, output: Any, args: tuple, inplace: bool) -> None:
         """After a module ran: have `capture` see the gradients of its outputs."""
@@ -461,37 +426,6 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def _watch_api_outputs_impl(self, capture: Any, out: Any, args: tuple, kwargs: dict, inplace: bool) -> None:
         """After an API ran (with `args`/`kwargs` as it received them): watch its output gradients."""
-
-    @abc.abstractmethod
-    def _rank_impl(self) -> Optional[int]:
-        """See ``rank``."""
-
-    def _class_name_impl(self, module: Any) -> str:
-        """See ``class_name`` (default: the module's own class)."""
-        return type(module).__name__
-
-    def _forward_pre_hook_impl(self, module: Any, hook: Callable, with_kwargs: bool) -> Any:
-        """Register `hook` to run before every forward of `module`; returns the handle. (torch:
-        the hook body runs outside a torch.compile graph.)"""
-        if with_kwargs:
-            return module.register_forward_pre_hook(hook, with_kwargs=True)
-        return module.register_forward_pre_hook(hook)
-
-    def _forward_hook_impl(self, module: Any, hook: Callable, with_kwargs: bool) -> Any:
-        """Register `hook` to run after every forward of `module`, also when the forward raises
-        (``always_call``), so a failed call never leaves its record open; returns the handle."""
-        return module.register_forward_hook(hook, with_kwargs=with_kwargs, always_call=True)
-
-    def _param_grad_hook_impl(self, param: Any, callback: Callable[[Any], None]) -> Any:
-        """Monitor mode: have `callback(grad)` see each gradient of `param` (unchanged); returns
-        the hook's removable handle, or None when nothing was hooked."""
-        return None
-
-    def _grad_hook_impl(self, tensor: Any, callback: Callable[[Any], None]) -> bool:
-        """Monitor mode: have `callback(grad)` see the gradient of `tensor` (`callback` returns
-        None, so the gradient is unchanged); False when the tensor cannot get one."""
-        tensor.register_hook(callback)
-        return True
 
     def _check_runtime_impl(self) -> None:
         """Before installing: warn about a framework mode in which hooks cannot run."""
@@ -507,3 +441,38 @@ class Backend(abc.ABC):
 
     def _close_impl(self) -> None:
         """Undo the framework's own patches beyond APIs and hooks."""
+
+
+class _ModuleRecords(ModelHook):
+    """The dump's hooks on one model's modules (the level's, or module_dump's on one module):
+    the bodies are the backend's ``_gated_pre``/``_post``/``_on_param_grad``, bound here so
+    that each registered hook is one call."""
+
+    def __init__(self, backend: Backend, gate: Any, hookset: HookSet, *, submodules: bool,
+                 name: Callable[[str, Any], str], param_grads: bool):
+        self.submodules = submodules
+        self.compile_mode = backend.cfg.compile_mode or ""
+        self.pre_forward = functools.partial(backend._gated_pre, gate, hookset)
+        self.post_forward = functools.partial(backend._post, hookset)
+        self.param_grad = backend._on_param_grad if param_grads else None
+        self._backend = backend
+        self._hookset = hookset
+        self._name = name
+
+    def module_context(self, path: str, module: Any) -> str:
+        be = self._backend
+        base = module_base(self._name(path, module), be.class_name(module), be.module_prefix)
+        if self.submodules and be.access.keeps_grads:     # gradients re-read by capture_param_grads
+            for pname, param in be.access.own_parameters(module).items():
+                if getattr(param, "requires_grad", False):
+                    self._hookset.watch_param(base, pname, param)
+        return base
+
+
+class _Iterations(ModelHook):
+    """``on_begin``/``on_end`` around every forward of the root model (token ranges)."""
+
+    def __init__(self, on_begin: Callable[[], None], on_end: Callable[[], None], compile_mode: str):
+        self.compile_mode = compile_mode or ""
+        self.pre_forward = lambda ctx, m, args, kwargs: on_begin()
+        self.post_forward = lambda ctx, m, args, kwargs, out: on_end()

@@ -100,7 +100,7 @@ class HookSet:
             self._grads_seen[(base, pname)] = (weakref.ref(grad), seen_key)
 
     def _content_key(self, grad: Any) -> Any:
-        key_of = getattr(self.collector.adapter, "content_key", None)   # optional in TensorAdapter
+        key_of = self.collector.adapter.content_key     # optional in TensorAdapter
         return key_of(grad) if key_of is not None else None
 
     def emit_param_grads(self) -> None:

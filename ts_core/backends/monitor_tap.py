@@ -7,34 +7,39 @@ one native pass, never a per-tensor sync) and resolved once per step by the moni
 stack is walked only the first time its key is seen. Gradients come from hooks that return None
 (nothing changes a gradient bit): each parameter's accumulated gradient and, with
 ``monitor.backward``, the gradient of each output and input tensor of every call (an input's
-total gradient: for an input that several calls share, the sum over them). Framework specifics come from the backend's ``*_impl``
-methods, so torch and MindSpore share this file.
+total gradient: for an input that several calls share, the sum over them). The hooks are a
+client of each model's hook owner (``ts_core/model_hooks.py``); framework specifics come from
+the framework's ``ModelAccess``, so torch and MindSpore share this file.
 
 Any exception in a hook goes to ``on_error`` (the monitor warns once and switches itself off):
 a monitoring failure never reaches the training loop.
 """
 from __future__ import annotations
 
-import functools
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
+from ..dumpfmt import module_base
+from ..model_hooks import ModelHook, hooks_of
 from ..record.steplog import CallLog, StepLog
 from ._depth import DEPTH
-from .base import Backend
+from .access import ModelAccess
 from .hook_set import HookSet
 from .structure import leaves
 
 
 class MonitorTap:
-    def __init__(self, backend: Backend, on_error: Callable[[BaseException], None], backward: bool):
-        self.backend = backend
+    def __init__(self, access: ModelAccess, collector: Any, module_prefix: str,
+                 on_error: Callable[[BaseException], None], backward: bool):
+        self.access = access
+        self.module_prefix = module_prefix         # record keys of modules: "Module" / "Cell"
+        self.compile_mode = collector.cfg.compile_mode or ""
         self.on_error = on_error
         self.backward = backward                   # module gradient records (hooks on every call)
-        col = backend.collector
+        col = collector
         self._summarize = col.summ.summarize
         self._summarize_tensor = col.summ.tensor
-        self._content_key = getattr(col.adapter, "content_key", None)    # None: no reuse (MindSpore)
+        self._content_key = col.adapter.content_key      # None: no reuse (MindSpore)
         self._seen: Dict[Any, tuple] = {}          # content key -> (weak ref, summary), this micro-batch
         self._stacks = col.stacks                  # None when the config says stack: false
         self._is_tensor = col.adapter.is_tensor
@@ -43,7 +48,7 @@ class MonitorTap:
         self._parent: Dict[str, Optional[str]] = {}     # module base -> its parent module's base
         self._inplace: set = set()                      # bases of modules that overwrite their input
         self._frames: Dict[str, List[List[str]]] = {}   # module base -> frames of its n-th call
-        self._frames_by_id: Dict[int, List[str]] = {}
+        self._param_ids: Dict[tuple, int] = {}          # (module base, name) -> id of the parameter
 
     # -- lifecycle ----------------------------------------------------------------------------
     def install(self, model: Any) -> None:
@@ -55,29 +60,27 @@ class MonitorTap:
         needed, except on modules that overwrite their input (``ReLU(inplace=True)``), whose
         inputs are summarised before they run."""
         models = model if isinstance(model, (list, tuple)) else [model]
-        be = self.backend
+        access = self.access
         for i, m in enumerate(models):
-            if not be._is_model_impl(m):
-                raise TypeError(f"monitor: expected {be.model_type_name}, got {type(m).__name__}")
+            if not access.is_model(m):
+                raise TypeError(f"monitor: expected {access.model_type_name}, got {type(m).__name__}")
             if not self.hooks.hooked.add(m):
                 continue
-            handles = self.hooks.handles
-            bases: Dict[str, str] = {}
-            for path, module in be._submodules_impl(m):
-                name = path if len(models) == 1 else f"{i}.{path}"
-                base = bases[path] = f"{be.module_prefix}.{name}.{be.class_name(module)}"
-                self._parent[base] = _parent_base(path, bases)
-                if be._module_is_inplace_impl(module):
-                    self._inplace.add(base)
-                    handles.append(be._forward_pre_hook_impl(module, functools.partial(self._pre, base), True))
-                handles.append(be._forward_hook_impl(module, functools.partial(self._post, base), True))
-                for pname, param in be._own_parameters_impl(module).items():
-                    if getattr(param, "requires_grad", False):
-                        self.hooks.watch_param(base, pname, param)
-                        handle = be._param_grad_hook_impl(
-                            param, functools.partial(self._on_param_grad, base, pname, id(param)))
-                        if handle is not None:
-                            handles.append(handle)
+            client = _MonitorHooks(self, None if len(models) == 1 else i)
+            self.hooks.handles.append(hooks_of(m, access).add(client))
+
+    def _module_context(self, path: str, name: str, module: Any, bases: Dict[str, str]) -> str:
+        """A submodule being hooked: its base, parent, in-place flag and watched parameters."""
+        access = self.access
+        base = bases[path] = module_base(name, access.class_name(module), self.module_prefix)
+        self._parent[base] = _parent_base(path, bases)
+        if access.module_is_inplace(module):
+            self._inplace.add(base)
+        for pname, param in access.own_parameters(module).items():
+            if getattr(param, "requires_grad", False):
+                self.hooks.watch_param(base, pname, param)
+                self._param_ids[(base, pname)] = id(param)
+        return base
 
     def begin(self, log: StepLog) -> None:
         """Record into `log` from now on."""
@@ -96,11 +99,11 @@ class MonitorTap:
     def reread_param_grads(self, log: StepLog) -> None:
         """Take each parameter's gradient from where the framework accumulates it (after a
         data-parallel all-reduce or AMP unscaling); MindSpore keeps none: hook values stay."""
-        be = self.backend
+        accumulated = self.access.accumulated_grad
         DEPTH.value += 1
         try:
             for base, pname, param in self.hooks.watched_params():
-                grad = be._accumulated_grad_impl(param)
+                grad = accumulated(param)
                 if grad is not None:
                     log.param_grad(base, pname, id(param), self._summarize(grad, ""))
         finally:
@@ -149,7 +152,7 @@ class MonitorTap:
                 if call.index >= len(seen):
                     seen.append(self._capture_stack())
                 call.frames = seen[call.index]
-            if self.backward and self.backend._grad_recording_impl():
+            if self.backward and self.access.grad_recording():
                 call.in_grads = self._watch_grads(call, (args, kwargs))
                 call.out_grads = self._watch_grads(call, output)
         except Exception as exc:
@@ -177,25 +180,25 @@ class MonitorTap:
     def _watch_grads(self, call: CallLog, value: Any) -> Optional[List[Any]]:
         """Hook the gradient of each distinct tensor in `value` that can get one; the returned
         slots (one per tensor) are filled as gradients arrive."""
-        be = self.backend
-        tensors = [t for t in leaves(value, self._is_tensor, []) if be._may_get_grad_impl(t)]
+        access = self.access
+        tensors = [t for t in leaves(value, self._is_tensor, []) if access.may_get_grad(t)]
         if not tensors:
             return None
         if len(tensors) > 1:
             tensors = list({id(t): t for t in tensors}.values())
         slots: List[Any] = [None] * len(tensors)
-        hook = be._grad_hook_impl
+        hook = access.grad_hook
         for i, t in enumerate(tensors):
             hook(t, _GradSlot(self, call, slots, i))
         return slots
 
-    def _on_param_grad(self, base: str, pname: str, param_id: int, grad: Any) -> None:
+    def _on_param_grad(self, base: str, pname: str, grad: Any) -> None:
         log = self.log
         if log is None or grad is None:
             return None
         DEPTH.value += 1
         try:
-            log.param_grad(base, pname, param_id, self._summarize(grad, ""))
+            log.param_grad(base, pname, self._param_ids[(base, pname)], self._summarize(grad, ""))
         except Exception as exc:
             self.on_error(exc)
         finally:
@@ -205,11 +208,32 @@ class MonitorTap:
     def _capture_stack(self) -> List[str]:
         """The frames of the call being hooked (walked once per module call index: a training
         step makes the same calls from the same lines every time)."""
-        sid, frames = self._stacks.capture()
-        if frames is not None:
-            self._frames_by_id[sid] = frames
-        return self._frames_by_id.get(sid, [])
+        sid, _ = self._stacks.capture()
+        return self._stacks.frames_of(sid)
 
+
+
+class _MonitorHooks(ModelHook):
+    """The monitor's hooks on one model (a client of its hook owner): one forward hook per
+    submodule, a pre-hook on in-place ones only, a hook per parameter gradient."""
+
+    submodules = True
+
+    def __init__(self, tap: MonitorTap, index: Optional[int]):
+        self.compile_mode = tap.compile_mode
+        self.pre_forward = tap._pre
+        self.post_forward = tap._post
+        self.param_grad = tap._on_param_grad
+        self._tap = tap
+        self._index = index
+        self._bases: Dict[str, str] = {}
+
+    def module_context(self, path: str, module: Any) -> str:
+        name = path if self._index is None else f"{self._index}.{path}"
+        return self._tap._module_context(path, name, module, self._bases)
+
+    def pre_forward_on(self, ctx: str, module: Any) -> bool:
+        return ctx in self._tap._inplace
 
 
 class _GradSlot:

@@ -20,6 +20,7 @@ import os
 import weakref
 from typing import Any, Callable, Collection, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple
 
+from ..dumpfmt import api_base
 from ._depth import DEPTH
 from .hook_set import WeakIdSet
 
@@ -91,7 +92,7 @@ class ApiPatcher:
         api_list = api_list if api_list is not None else self._default_list()
         for owner, prefix, names in self._owners(api_list):
             for name in names:
-                self.patch(owner, name, f"{prefix}.{name}")
+                self.patch(owner, name, api_base(prefix, name))
         return len(self._saved)
 
     def patch(self, owner: Any, dotted: str, base: str) -> bool:
@@ -149,7 +150,7 @@ class ApiPatcher:
     def register(self, module: Any, api_name: str, api_prefix: Optional[str] = None) -> None:
         """A user's own API (``register_custom_api``): key prefix defaults to the module's name."""
         prefix = api_prefix if api_prefix is not None else getattr(module, "__name__", str(module))
-        if not self.patch(module, api_name, f"{prefix}.{api_name}"):
+        if not self.patch(module, api_name, api_base(prefix, api_name)):
             raise AttributeError(f"register_custom_api: {module!r} has no callable '{api_name}' "
                                  "(or it is already registered)")
 

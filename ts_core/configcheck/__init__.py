@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from ..dumpfmt import DumpFormatError, json_safe, write_text_atomic
-from .collect import record_hyperparameters
+from .hyperparameters import record_hyperparameters
 from .diff import ERROR, INFO, PASS, RESULT, SECTIONS, WARNING, Finding, diff
 from .sources import Source, load_run
 

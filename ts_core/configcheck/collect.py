@@ -25,6 +25,7 @@ from dataclasses import asdict
 from typing import Any, Dict, List, Optional
 
 from ..backends._depth import internal
+from ..model_hooks import ModelHook, hooks_of
 from ..dumpfmt import STAT_FIELDS, rank_number, shard_stats, write_fingerprint
 from ..dumpfmt.fingerprint import FINGERPRINT_VERSION
 from .rules import parse_argv, recorded_env
@@ -170,6 +171,14 @@ def _leaves(value: Any, prefix: str, is_tensor) -> List[tuple]:
     return []
 
 
+class _FirstBatch(ModelHook):
+    """The root model's first forward of a step: its inputs (a client of the model's hook owner;
+    torch: at a graph break at the model's edge, so the compiled graph is unchanged)."""
+
+    def __init__(self, fn: Any):
+        self.pre_forward = lambda ctx, module, args, kwargs: fn(module, args, kwargs)
+
+
 class Recorder:
     """One debugger's fingerprints: one per dumped step/rank folder.
 
@@ -210,14 +219,7 @@ class Recorder:
         self._summarize("weights", named, crc=size <= CRC_LIMIT, defer=dbg.config.async_dump)
         root = models[0] if models else None
         if root is not None and hasattr(root, "register_forward_pre_hook"):
-            first_batch = self._first_batch
-            if getattr(self.adapter, "framework", "") == "pytorch":      # never traced by torch.compile
-                from ..backends.torch.compiled import outside_graph
-                first_batch = outside_graph(first_batch, graph_breaks=True)    # at the root: the graph is unchanged
-            try:
-                self.handle = root.register_forward_pre_hook(first_batch, with_kwargs=True)
-            except TypeError:        # a framework without with_kwargs
-                self.handle = root.register_forward_pre_hook(lambda m, a: self._first_batch(m, a, {}))
+            self.handle = hooks_of(root).add(_FirstBatch(self._first_batch))
 
     def _config_doc(self, config: Any) -> Dict[str, Any]:
         """``asdict(config)``, once per config object (frozen: a reload makes a new one)."""
@@ -248,7 +250,7 @@ class Recorder:
             self._summarize("data", named, crc=True, defer=dbg.config.async_dump and dbg.in_window)
             if not self.pending:
                 self.write()        # weights and batch in one write, before the forward runs
-        if getattr(self.adapter, "framework", "") == "pytorch":
+        if self.adapter.framework == "pytorch":
             self.remove_hook()      # MindSpore iterates its hook dict while calling: removed at the next start/close
         return None
 
@@ -313,15 +315,8 @@ def on_close(debugger: Any) -> None:
             rec.remove_hook()
 
 
-def record_hyperparameters(values: Any, debugger: Any = None) -> None:
-    """Add hyperparameters to the fingerprint of the current (or given) debugger: a dict, an
-    ``argparse.Namespace``, a dataclass, any object with ``__dict__``, or the path of a JSON or
-    YAML file. Written into the open step folder's fingerprint and every later one."""
-    from ..debugger import PrecisionDebugger
-
-    dbg = debugger or PrecisionDebugger.current()
-    if dbg is None:
-        raise RuntimeError("record_hyperparameters: no PrecisionDebugger is open; create one first")
+def add_hyperparameters(dbg: Any, values: Any) -> None:
+    """``record_hyperparameters`` (hyperparameters.py) for the debugger `dbg`."""
     flat = _flatten(_as_dict(values))
     rec = _RECORDERS.get(dbg)
     if rec is None:

@@ -10,8 +10,8 @@ from .checksum import CRC32, XOR, checksum_kind, xor64_of_bytes, xor_field, xor_
 from .errors import DumpFormatError, TensorFileError
 from .jsonio import (json_by_line, json_safe, record_json, read_json, read_json_optional, write_atomic, write_json_atomic,
                      write_text_atomic)
-from .keys import (BACKWARD, DEBUG, FORWARD, MODULE_PREFIXES, OTHER, PARAMETERS_GRAD, KeyInfo, api_key, debug_key, forward_key,
-                   module_base, module_key, params_grad_key, parse_key, split_module_name, value_name,
+from .keys import (BACKWARD, DEBUG, FORWARD, MODULE_PREFIXES, OTHER, PARAMETERS_GRAD, KeyInfo, api_base, api_key, debug_key, forward_key,
+                   module_base, module_key, params_grad_key, primitive_base, parse_key, split_module_name, value_name,
                    without_direction)
 from .layout import (CONSTRUCT_JSON, DUMP_JSON, JOURNAL, MONITOR_JSONL, STACK_JSON, TENSORBOARD_DIR, TENSOR_DIR,
                      TOKEN_MAP, DumpUnit, find_dumps,
@@ -31,8 +31,8 @@ __all__ = [
     "DumpFormatError", "TensorFileError",
     "json_by_line", "json_safe", "record_json", "read_json", "read_json_optional", "write_atomic", "write_json_atomic",
     "write_text_atomic",
-    "BACKWARD", "DEBUG", "FORWARD", "MODULE_PREFIXES", "OTHER", "PARAMETERS_GRAD", "KeyInfo", "api_key", "debug_key", "forward_key",
-    "module_base", "module_key", "params_grad_key", "parse_key", "split_module_name", "value_name",
+    "BACKWARD", "DEBUG", "FORWARD", "MODULE_PREFIXES", "OTHER", "PARAMETERS_GRAD", "KeyInfo", "api_base", "api_key", "debug_key", "forward_key",
+    "module_base", "module_key", "params_grad_key", "primitive_base", "parse_key", "split_module_name", "value_name",
     "without_direction",
     "CONSTRUCT_JSON", "DUMP_JSON", "JOURNAL", "MONITOR_JSONL", "STACK_JSON", "TENSORBOARD_DIR", "TENSOR_DIR",
     "TOKEN_MAP", "DumpUnit", "find_dumps",

@@ -18,6 +18,7 @@ from typing import Optional, Tuple
 
 FORWARD, BACKWARD, PARAMETERS_GRAD, DEBUG, OTHER = "forward", "backward", "parameters_grad", "debug", "other"
 MODULE_PREFIXES = ("Module", "Cell")
+PRIMITIVE_PREFIX = "Primitive"
 JIT_PREFIX = "Jit"          # a mindspore.jit region recorded at its boundary (seed 003)
 
 _API = re.compile(r"^(?P<name>.+)\.(?P<n>\d+)\.(?P<dir>forward|backward)$")
@@ -32,6 +33,17 @@ def jit_base(name: str) -> str:
     """``Jit.fused``: the base of a ``mindspore.jit`` region's API keys (function name, or the
     class name of a Cell whose ``construct`` is decorated)."""
     return f"{JIT_PREFIX}.{name}"
+
+
+def api_base(prefix: str, name: str) -> str:
+    """``Functional.linear``: the base of an API's keys (`prefix` from api_list.yaml)."""
+    return f"{prefix}.{name}"
+
+
+def primitive_base(attr: str, class_name: str) -> str:
+    """``Primitive.matmul.MatMul``: the base of a MindSpore Primitive call made through a Cell
+    attribute."""
+    return f"{PRIMITIVE_PREFIX}.{attr}.{class_name}"
 
 
 def module_key(base: str, index: int, direction: str) -> str:

@@ -29,7 +29,6 @@ import sys
 import warnings
 from collections import deque
 from dataclasses import replace
-from types import SimpleNamespace
 from typing import Any, Dict, List, Optional
 
 from ..dumpfmt import DUMP_JSON, MONITOR_JSONL, TENSORBOARD_DIR, rank_dir, split_module_name, write_rank_files
@@ -76,7 +75,7 @@ class Monitor:
             if log is not None and log.step != step:
                 self.end_step()                           # the previous step never ended
             if self._log is None:
-                rank = self._tap.backend.rank()
+                rank = self._tap.access.rank()
                 if not self.cfg.collects_rank(rank):
                     return
                 from ..record.steplog import StepLog
@@ -259,7 +258,8 @@ class Monitor:
 
     # -- binding, failure --------------------------------------------------------------------
     def _bind(self, model: Any) -> None:
-        """The framework backend of `model`, for the monitor alone (the regular dump has its own)."""
+        """The monitor's own collector (statistics) and hooks on `model`'s framework (the regular
+        dump has its own): a client of the model's hook owner, no backend."""
         from ..backends import framework_of, load_backend
         from ..backends.monitor_tap import MonitorTap
         from ..record.collector import Collector
@@ -268,10 +268,10 @@ class Monitor:
         cfg = replace(self.cfg, task="statistics", level=LEVEL, summary_mode="statistics", data_mode=["all"],
                       scope=[], list=[], monitor=None)
         collector = Collector(cfg, backend_cls.adapter_class(), backend_cls.skip_dirs)
-        backend = backend_cls(cfg, collector, SimpleNamespace(active=False))     # never collects itself
         self._summ = collector.summ
         self._adapter = collector.adapter
-        self._tap = MonitorTap(backend, self._fail, self.options.backward)
+        self._tap = MonitorTap(backend_cls.access_class(), collector, backend_cls.module_prefix, self._fail,
+                               self.options.backward)
 
     def _fail(self, exc: BaseException) -> None:
         if not self.disabled:

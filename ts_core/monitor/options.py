@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping, Optional
 
-from ..errors import ConfigError
+from ..errors import ConfigError, unknown_key
 
 SPIKE_MODES = ("min", "max")
 ON_TRIGGER = ("continue", "stop", "raise")
@@ -82,12 +82,10 @@ def _mapping(name: str, value: Any, what: str) -> Mapping[str, Any]:
 
 
 def _check_keys(section: str, body: Mapping[str, Any], cls: type) -> None:
-    from ..config import _unknown        # lazy: config imports this module
-
     known = {f.name for f in fields(cls)}
     for key in body:
         if key not in known:
-            raise _unknown(_path(section, str(key)), {_path(section, k) for k in known})
+            raise unknown_key(_path(section, str(key)), {_path(section, k) for k in known})
 
 
 def parse_spike(section: str, value: Any) -> Optional[SpikeConfig]:

@@ -27,6 +27,7 @@ class StackRecorder:
         # and ints hash in no time (a code object's own hash is recomputed on every lookup)
         self._codes: Dict[int, Tuple[Any, bool]] = {}
         self._ids: Dict[Tuple, int] = {}           # this folder's stack ids
+        self._keys: List[Tuple] = []               # stack id -> its key (the text is in _text)
         self._text: Dict[Tuple, List[str]] = {}    # formatted frames, kept across folders
         # raw native stack (every frame, tool ones included) -> its key below. A raw stack names
         # code objects by address: each one met was walked in Python once, which keeps its code
@@ -46,10 +47,15 @@ class StackRecorder:
         if sid is not None:
             return sid, None
         sid = self._ids[key] = len(self._ids)
+        self._keys.append(key)
         text = self._text.get(key)
         if text is None:
             text = self._text[key] = [self._format(self._codes[key[i]][0], key[i + 1]) for i in range(0, len(key), 2)]
         return sid, text
+
+    def frames_of(self, sid: int) -> List[str]:
+        """The formatted frames of stack `sid` (from the one text cache)."""
+        return self._text[self._keys[sid]]
 
     def _walk(self, f: Any) -> Tuple:
         """(id(code), line, ...) of the user's frames from `f` outwards."""
@@ -73,3 +79,4 @@ class StackRecorder:
     def reset(self) -> None:
         """A new dump folder: stacks are numbered afresh."""
         self._ids.clear()
+        self._keys.clear()

@@ -6,70 +6,97 @@ tensor. With ``async_dump`` even CRCs and tensor files wait for ``resolve``.
 """
 from __future__ import annotations
 
+import abc
 import math
 import weakref
-from typing import Any, Callable, List, Optional, Protocol, Tuple
+from typing import Any, Callable, ClassVar, List, Optional, Tuple
 
 from ..dumpfmt import DTENSOR, STAT_FIELDS, shard_stats, value_name, xor_field
 
 
-class TensorAdapter(Protocol):
-    """What the core needs from a framework backend to summarise its tensors."""
+class TensorAdapter(abc.ABC):
+    """What the core needs from a framework backend to summarise its tensors: a backend's
+    adapter derives from this class and is checked when it is made (a missing method or
+    ``framework`` fails there, naming what is missing, not at the first tensor)."""
 
-    framework: str
+    framework: ClassVar[str] = ""            # as dump.json names it: pytorch / mindspore / mindtorch
+    # Optional (None: not offered). ``content_key(tensor)``: a hashable key equal for the same
+    # unchanged tensor (e.g. (id, version)), or None -- statistics of an unchanged tensor are then
+    # reused. ``host_summary(tensor, md5) -> Optional[dict]``: the whole statistics summary (meta,
+    # Max/Min/Mean/Norm, requires_grad, with `md5` the CRC-32) in one call when it can be made on
+    # the host now, else None (the general path then runs): the hot path of every recorded call.
+    content_key: ClassVar[Optional[Callable[..., Any]]] = None
+    host_summary: ClassVar[Optional[Callable[..., Any]]] = None
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "TensorAdapter":
+        missing = sorted(getattr(cls, "__abstractmethods__", ()))
+        if not isinstance(cls.framework, str) or not cls.framework:
+            missing.insert(0, "framework (a class attribute: pytorch, mindspore, ...)")
+        if missing:
+            raise TypeError(f"{cls.__name__} is not a complete TensorAdapter (ts_core/record/summary.py): "
+                            f"it lacks {', '.join(missing)}")
+        return super().__new__(cls)
+
+    @abc.abstractmethod
     def reset(self) -> None:
         """A new step: forget per-step caches (statistics of tensors seen unchanged)."""
 
+    @abc.abstractmethod
     def is_tensor(self, value: Any) -> bool: ...
 
+    @abc.abstractmethod
     def meta(self, tensor: Any) -> dict:
         """type, dtype, shape (host-known, no sync)."""
 
+    @abc.abstractmethod
     def requires_grad(self, tensor: Any) -> bool: ...
 
+    @abc.abstractmethod
     def stats(self, tensor: Any) -> Any:
         """A device-side handle for [max, min, mean, norm] or None (empty / no numbers); for a
         sharded value, [max, min, sum, sum of squares, NaNs, Infs] of its local shard
         (``dumpfmt.shards``)."""
 
+    @abc.abstractmethod
     def stats_to_host(self, handles: List[Any]) -> List[List[Optional[float]]]:
         """One batched transfer for many ``stats`` handles."""
 
+    @abc.abstractmethod
     def crc32(self, tensor: Any) -> str:
         """CRC-32 (8 hex digits) of the raw bytes of a tensor, or of a ``to_host`` copy."""
 
+    @abc.abstractmethod
     def xor_checksum(self, tensor: Any) -> Any:
         """summary_mode xor: a handle for ``checksums_to_host`` (a host value or a device-side
         scalar: no sync), or None for an empty tensor."""
 
+    @abc.abstractmethod
     def checksums_to_host(self, handles: List[Any]) -> List[Any]:
         """Values of ``xor_checksum`` handles: an int (the 64-bit XOR), or for a 0-d tensor its
         value (float, int or bool), as msprobe writes them."""
 
+    @abc.abstractmethod
     def device_copy(self, tensor: Any) -> Any:
         """async_dump: a copy on the tensor's own device that later in-place ops cannot change."""
 
+    @abc.abstractmethod
     def to_host(self, copy: Any) -> Any:
         """A ``device_copy`` brought to the host, as ``snapshot`` would have made it."""
 
+    @abc.abstractmethod
     def nbytes(self, tensor: Any) -> int: ...
 
-    def content_key(self, tensor: Any) -> Any:
-        """A hashable key equal for the same unchanged tensor (e.g. (id, version)), or None."""
-
+    @abc.abstractmethod
     def snapshot(self, tensor: Any) -> Any:
         """A copy that later in-place ops cannot change (for tensor files)."""
 
+    @abc.abstractmethod
     def to_numpy(self, snapshot: Any) -> Any: ...
 
+    @abc.abstractmethod
     def describe_other(self, value: Any) -> Optional[dict]:
         """Framework-specific non-tensor values (dtype, device, Size); None if not one."""
 
-    # Optional: ``host_summary(tensor, md5) -> Optional[dict]``, the whole statistics summary
-    # (meta, Max/Min/Mean/Norm, requires_grad, with `md5` the CRC-32) in one call when it can be
-    # made on the host now, else None (the general path above then runs). The hot path of every
-    # recorded call.
 
 
 _PLAIN = (bool, int, float, str)
@@ -80,12 +107,12 @@ HOST_ROW = (list, tuple)
 
 class _Seen:
     """A tensor met earlier in this step folder (with async_dump: this flush window),
-    unchanged: what was already made of it."""
+    unchanged: what was already made of it (its CRC is cached by the adapter, by bytes)."""
 
-    __slots__ = ("ref", "crc", "file", "copy")
+    __slots__ = ("ref", "file", "copy")
 
-    def __init__(self, ref: Any, crc: Optional[str], file: Optional[str], copy: Any) -> None:
-        self.ref, self.crc, self.file, self.copy = ref, crc, file, copy
+    def __init__(self, ref: Any, file: Optional[str], copy: Any) -> None:
+        self.ref, self.file, self.copy = ref, file, copy
 
 
 class Summarizer:
@@ -113,7 +140,7 @@ class Summarizer:
         self._seen: dict = {}                # content key -> _Seen: one step folder (defer: one flush)
         fast = values and summary_mode in ("statistics", "md5")
         self._host_summary: Optional[Callable[[Any, bool], Optional[dict]]] = \
-            getattr(adapter, "host_summary", None) if fast else None
+            adapter.host_summary if fast else None
         self._host_md5 = summary_mode == "md5" and not defer      # async_dump: CRCs from copies, later
         # NaN/Inf floats put into summaries since the folder began: records are then encoded by
         # the stdlib, which writes them as NaN/Infinity (``dumpfmt.record_json``)
@@ -214,7 +241,7 @@ class Summarizer:
         and its file is linked, not rewritten. With async_dump the device copy is shared instead,
         within one flush window (the copies are released at ``resolve``)."""
         ad = self.adapter
-        key_of = getattr(ad, "content_key", None)
+        key_of = ad.content_key
         key = key_of(t) if key_of is not None else None
         seen = self._seen.get(key) if key is not None else None
         if seen is not None and seen.ref() is not t:
@@ -222,10 +249,10 @@ class Summarizer:
         if self.defer:
             copy = self._defer(t, name, out, save, seen)
             if key is not None and seen is None:
-                self._seen[key] = _Seen(weakref.ref(t), None, None, copy)
+                self._seen[key] = _Seen(weakref.ref(t), None, copy)
             return
         if self.summary_mode == "md5":
-            out["md5"] = seen.crc if seen is not None and seen.crc else ad.crc32(t)
+            out["md5"] = ad.crc32(t)       # the adapter keeps the CRCs of unchanged bytes (torch)
         file_name = None
         if save:
             if seen is not None and seen.file and self.link_tensor is not None:
@@ -238,9 +265,8 @@ class Summarizer:
         if key is None:
             return
         if seen is None:
-            self._seen[key] = _Seen(weakref.ref(t), out.get("md5"), file_name, None)
+            self._seen[key] = _Seen(weakref.ref(t), file_name, None)
         else:
-            seen.crc = seen.crc or out.get("md5")
             seen.file = seen.file or file_name
 
     def _defer(self, t: Any, name: str, out: dict, save: bool, seen: Optional[_Seen]) -> Any:

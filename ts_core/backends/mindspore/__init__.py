@@ -14,32 +14,24 @@ seeing tsprobe and are recorded at their boundary (jit_regions).
 """
 from __future__ import annotations
 
-import functools
 import os
 import warnings
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Optional
 
 import mindspore as ms
 from mindspore import nn
 
 from ..base import Backend
-from ._runtime import grad_recording, is_pynative, warm_up
+from ._runtime import is_pynative, warm_up
+from .access import MindSporeAccess
 from .api_hooks import ApiPatcher
-from .bprop_cells import has_bprop, register_post_hook
+from .bprop_cells import has_bprop
 from .grad_capture import CellCapture, CellWatch, GradCapture, InputTap, Pending, flat_tensors
 from .jit_regions import JitPatcher
 from .primitive_hooks import PrimitivePatcher
-from .tensors import FLOATING, MindSporeAdapter
+from .tensors import MindSporeAdapter
 
 __all__ = ["MindSporeBackend", "MindSporeAdapter"]
-
-
-def own_parameters(cell: nn.Cell) -> Dict[str, Any]:
-    """A Cell's own parameters by attribute name (``weight``, ``gamma``), not recursing."""
-    params = getattr(cell, "_params", None)
-    if isinstance(params, dict):
-        return {k: v for k, v in params.items() if v is not None}
-    return {k.rsplit(".", 1)[-1]: v for k, v in cell.parameters_dict(recurse=False).items()}
 
 
 class MindSporeBackend(Backend):
@@ -47,9 +39,9 @@ class MindSporeBackend(Backend):
     calls made through the model's Cells."""
 
     adapter_class = MindSporeAdapter
+    access_class = MindSporeAccess
     skip_dirs = (os.path.dirname(ms.__file__),)
     api_patcher_class = ApiPatcher
-    model_type_name = "mindspore.nn.Cell"
     module_prefix = "Cell"
     module_grads_from_uses = True
 
@@ -71,41 +63,8 @@ class MindSporeBackend(Backend):
             warnings.warn("tsprobe: MindSpore is in GRAPH_MODE; Python hooks do not run inside compiled "
                           "graphs, so nothing is recorded there. Use PYNATIVE_MODE.", stacklevel=4)
 
-    def _is_model_impl(self, model: Any) -> bool:
-        return isinstance(model, nn.Cell)
-
     def _wrap_model_calls_impl(self, model: nn.Cell) -> None:
         self.primitives.install(model)
-
-    def _submodules_impl(self, model: nn.Cell) -> Iterator[Tuple[str, nn.Cell]]:
-        return ((path, cell) for path, cell in model.cells_and_names() if path and cell is not model)
-
-    def _own_parameters_impl(self, module: nn.Cell) -> Dict[str, Any]:
-        return own_parameters(module)
-
-    def _hook_param_impl(self, base: str, pname: str, param: Any) -> Any:
-        if not self.want_backward:
-            return None
-        return param.register_hook(functools.partial(self._on_param_grad, base, pname))
-
-    def _param_grad_hook_impl(self, param: Any, callback) -> Any:
-        def hook(grad: Any) -> None:
-            callback(grad)
-            return None             # a Parameter hook's return value would replace the gradient
-        return param.register_hook(hook)
-
-    def _grad_hook_impl(self, tensor: Any, callback) -> bool:
-        try:
-            tensor.register_hook(callback)
-        except RuntimeError:      # "requires grad is false": not in the autodiff graph
-            return False
-        return True
-
-    def _accumulated_grad_impl(self, param: Any) -> None:
-        return None      # a Parameter keeps no accumulated gradient: what the hooks saw stands
-
-    def _grad_recording_impl(self) -> bool:
-        return grad_recording()
 
     def _grad_capture_impl(self, emit) -> GradCapture:
         return GradCapture(emit, self.pending, self.watch)
@@ -140,7 +99,7 @@ class MindSporeBackend(Backend):
         BatchNorm updates its moving statistics) is not tapped for its own record, but it still
         reads the inputs of the Cells running now: those uses are tapped for the Cells (never a
         Parameter, which such a Primitive may write)."""
-        if not (inplace and self.watch and self._grad_recording_impl()):
+        if not (inplace and self.watch and self._grad_recording()):
             return self.api_runner(orig, base, name, args, kwargs, inplace)
         tap = InputTap(self.watch)
         args, kwargs = tap.apply(args, kwargs, every=False, parameters=False)
@@ -149,18 +108,6 @@ class MindSporeBackend(Backend):
     def _abandon_capture_impl(self, capture: Any) -> None:
         if isinstance(capture, CellCapture):
             capture.abandon()
-
-    def _forward_hook_impl(self, module: nn.Cell, hook, with_kwargs: bool) -> Any:
-        if has_bprop(module):       # MindSpore ignores register_forward_hook on such a Cell
-            fn = hook if with_kwargs else (lambda cell, args, kwargs, out: hook(cell, args, out))
-            return register_post_hook(module, fn)
-        return module.register_forward_hook(hook, with_kwargs=with_kwargs, always_call=True)
-
-    def _may_get_grad_impl(self, tensor: Any) -> bool:
-        return tensor.dtype in FLOATING
-
-    def _module_is_inplace_impl(self, module: nn.Cell) -> bool:
-        return False
 
     def _watch_module_outputs_impl(self, capture: GradCapture, output: Any, args: tuple, inplace: bool) -> None:
         capture.watch_outputs(output)
@@ -171,15 +118,6 @@ class MindSporeBackend(Backend):
         # (in-place calls excepted: their output is the input's new value).
         skip = () if inplace else {id(t) for t in flat_tensors((args, kwargs), [])}
         capture.watch_outputs(out, skip)
-
-    def _rank_impl(self) -> Optional[int]:
-        try:
-            from mindspore.communication import GlobalComm, get_rank
-        except ImportError:     # pragma: no cover
-            return None
-        if GlobalComm.INITED:
-            return get_rank()
-        return None
 
     def _new_step_impl(self) -> None:
         self.watch.clear()

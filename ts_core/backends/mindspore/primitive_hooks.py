@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Tuple
 
 from mindspore.ops.primitive import Primitive
 
+from ...dumpfmt import primitive_base
 from .._depth import DEPTH
 from ..hook_set import WeakIdSet
 
@@ -39,7 +40,7 @@ class PrimitivePatcher:
 
     def _patch(self, prim: Any, attr: str) -> None:
         orig_cls = type(prim)
-        base = f"Primitive.{attr}.{orig_cls.__name__}"
+        base = primitive_base(attr, orig_cls.__name__)
         runner, switch = self.runner, self.switch
         inplace = _side_effect(prim)
 

@@ -18,6 +18,7 @@ import mindspore as ms
 from mindspore import Tensor, mint
 
 from ...dumpfmt import xor64_of_bytes
+from ...record.summary import TensorAdapter
 from .._depth import internal
 from ._runtime import no_grad, warm_up
 
@@ -48,7 +49,7 @@ class NotOnMainThread(RuntimeError):
     pass
 
 
-class MindSporeAdapter:
+class MindSporeAdapter(TensorAdapter):
     framework = "mindspore"
 
     def __init__(self) -> None:

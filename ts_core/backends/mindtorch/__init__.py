@@ -16,14 +16,15 @@ from ``.grad``, which ``value_and_grad`` sets (``record_param_grads``).
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Optional
 
 import mindtorch  # before mindspore: whoever runs mindtorch code has loaded it already
 import mindspore as ms
 
 from ..mindspore import MindSporeBackend
 from .api_hooks import RETURNS_SELF, ApiPatcher
-from .grad_capture import GradCapture, Sequencer, flat_tensors, ms_register_hook
+from .access import MindtorchAccess
+from .grad_capture import GradCapture, Sequencer, flat_tensors
 from .tensors import MindtorchAdapter
 
 __all__ = ["MindtorchBackend", "MindtorchAdapter"]
@@ -33,9 +34,9 @@ class MindtorchBackend(MindSporeBackend):
     """Records ``mindtorch.nn.Module`` models and the torch APIs of torch's api_list.yaml."""
 
     adapter_class = MindtorchAdapter
+    access_class = MindtorchAccess
     skip_dirs = (os.path.dirname(mindtorch.__file__), os.path.dirname(ms.__file__))
     api_patcher_class = ApiPatcher
-    model_type_name = "torch.nn.Module (mindtorch)"
     module_prefix = "Module"
     module_grads_from_uses = False      # its own captures (grad_capture.py), not MindSpore's Cell-use taps
 
@@ -49,26 +50,8 @@ class MindtorchBackend(MindSporeBackend):
             # records get the gradients of their inputs, as torch's do.
             self._aliasing = RETURNS_SELF
 
-    def _is_model_impl(self, model: Any) -> bool:
-        return isinstance(model, mindtorch.nn.Module)
-
     def _wrap_model_calls_impl(self, model: Any) -> None:
         """Nothing: mindtorch modules call functions (recorded at L1), not Primitive attributes."""
-
-    def _submodules_impl(self, model: Any) -> Iterator[Tuple[str, Any]]:
-        return ((path, m) for path, m in model.named_modules() if path)
-
-    def _own_parameters_impl(self, module: Any) -> Dict[str, Any]:
-        return dict(module.named_parameters(recurse=False))
-
-    def _hook_param_impl(self, base: str, pname: str, param: Any) -> Any:
-        self.hooks.watch_param(base, pname, param)
-        if not self.want_backward:
-            return None
-        return ms_register_hook(param, lambda grad: self._on_param_grad(base, pname, grad))
-
-    def _accumulated_grad_impl(self, param: Any) -> Optional[Any]:
-        return param.grad
 
     def _grad_capture_impl(self, emit) -> GradCapture:
         return GradCapture(emit, self.pending)
@@ -80,15 +63,3 @@ class MindtorchBackend(MindSporeBackend):
         skip = () if inplace or capture.tapped else {id(t) for t in flat_tensors((args, kwargs), [])}
         capture.watch_outputs(out, skip)
 
-    def _module_is_inplace_impl(self, module: Any) -> bool:
-        return getattr(module, "inplace", False) is True
-
-    def _forward_hook_impl(self, module: Any, hook: Callable, with_kwargs: bool) -> Any:
-        # mindtorch's register_forward_hook has no always_call argument, but its Module.__call__
-        # honours the _forward_hooks_always_called table torch keeps for it: fill that in.
-        handle = module.register_forward_hook(hook, with_kwargs=with_kwargs)
-        module._forward_hooks_always_called[handle.id] = True
-        return handle
-
-    def _hook_grad_impl(self, tensor: Any, fn: Callable[[Any], None]) -> None:
-        ms_register_hook(tensor, fn)

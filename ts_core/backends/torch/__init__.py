@@ -12,15 +12,15 @@ wrappers are transparent inside compiled regions; a compiled model is named as t
 from __future__ import annotations
 
 import os
-import sys
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 
 from ..base import Backend
 from . import compiled
+from .access import TorchAccess
 from .api_hooks import ApiPatcher, node_target
-from .grad_capture import GradCapture, on_grad, release_leaf_hooks
+from .grad_capture import GradCapture, release_leaf_hooks
 from .tensors import TorchAdapter
 
 __all__ = ["TorchBackend", "TorchAdapter"]
@@ -30,12 +30,12 @@ class TorchBackend(Backend):
     """Records ``nn.Module`` models and the torch APIs of api_list.yaml."""
 
     adapter_class = TorchAdapter
+    access_class = TorchAccess
     skip_dirs = (os.path.dirname(torch.__file__),)
     # FSDP2's and DTensor's own tensor calls (callers.py); torch.compile's frame wrappers in between
     internal_dirs = (os.path.join(os.path.dirname(torch.__file__), "distributed"),)
     transparent_dirs = (os.path.join(os.path.dirname(torch.__file__), "_dynamo"),)
     api_patcher_class = ApiPatcher
-    model_type_name = "torch.nn.Module"
     module_prefix = "Module"
 
     def _check_runtime_impl(self) -> None:
@@ -49,69 +49,14 @@ class TorchBackend(Backend):
 
             self.hooks.handles.extend(EagerShadow(model, self.switch).hooks(model))
 
-    def _is_model_impl(self, model: Any) -> bool:
-        return isinstance(model, torch.nn.Module)
-
-    def _submodules_impl(self, model: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
-        return compiled.submodules(model)
-
-    def _class_name_impl(self, module: torch.nn.Module) -> str:
-        # a compiled wrapper is named as the module it wraps; fully_shard swaps a module's class
-        # for FSDP{Class}(FSDPModule, Class): name the user's
-        cls = type(compiled.unwrap(module))
-        fsdp = sys.modules.get("torch.distributed.fsdp")
-        wrapper = getattr(fsdp, "FSDPModule", None)
-        if wrapper is not None and issubclass(cls, wrapper):
-            cls = next((c for c in cls.__mro__ if not issubclass(c, wrapper)), cls)
-        return cls.__name__
-
-    def _own_parameters_impl(self, module: torch.nn.Module) -> Dict[str, Any]:
-        return dict(compiled.unwrap(module).named_parameters(recurse=False))
-
-    def _forward_pre_hook_impl(self, module: torch.nn.Module, hook, with_kwargs: bool) -> Any:
-        breaks = compiled.breaks_at_modules(self.cfg.compile_mode)
-        return module.register_forward_pre_hook(compiled.outside_graph(hook, breaks), with_kwargs=with_kwargs)
-
-    def _forward_hook_impl(self, module: torch.nn.Module, hook, with_kwargs: bool) -> Any:
-        breaks = compiled.breaks_at_modules(self.cfg.compile_mode)
-        return module.register_forward_hook(compiled.outside_graph(hook, breaks), with_kwargs=with_kwargs,
-                                            always_call=True)
-
-    def _hook_param_impl(self, base: str, pname: str, param: torch.Tensor) -> Any:
-        self.hooks.watch_param(base, pname, param)
-        return param.register_post_accumulate_grad_hook(lambda p: self._on_param_grad(base, pname, p.grad))
-
-    def _param_grad_hook_impl(self, param: torch.Tensor, callback) -> Any:
-        return param.register_post_accumulate_grad_hook(lambda p: callback(p.grad))
-
-    def _grad_hook_impl(self, tensor: torch.Tensor, callback) -> bool:
-        on_grad(tensor, callback)      # a leaf's hook is released at the next step
-        return True
-
-    def _accumulated_grad_impl(self, param: torch.Tensor) -> Optional[torch.Tensor]:
-        return param.grad
-
-    def _grad_recording_impl(self) -> bool:
-        return torch.is_grad_enabled()
-
     def _grad_capture_impl(self, emit) -> GradCapture:
         return GradCapture(emit)
-
-    def _hook_grad_impl(self, tensor: torch.Tensor, fn) -> None:
-        on_grad(tensor, fn)            # a hook on a leaf (a parameter) is released at the next step
 
     def _new_step_impl(self) -> None:
         release_leaf_hooks()
 
     def _close_impl(self) -> None:
         release_leaf_hooks()
-
-    def _may_get_grad_impl(self, tensor: torch.Tensor) -> bool:
-        return tensor.requires_grad
-
-    def _module_is_inplace_impl(self, module: torch.nn.Module) -> bool:
-        # ReLU(inplace=True): its input is overwritten, so its node is hooked instead
-        return getattr(module, "inplace", False) is True
 
     def _watch_module_outputs_impl(self, capture: GradCapture, output: Any, args: tuple, inplace: bool) -> None:
         if inplace:
@@ -126,8 +71,3 @@ class TorchBackend(Backend):
         else:
             capture.watch_node(node_target(out, args, inplace))
 
-    def _rank_impl(self) -> Optional[int]:
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank()
-        return None

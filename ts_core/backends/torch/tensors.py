@@ -18,7 +18,7 @@ import torch
 
 from ... import native
 from ...dumpfmt import dtensor_block, xor64_of_bytes
-from ...record.summary import HOST_ROW
+from ...record.summary import HOST_ROW, TensorAdapter
 from .._depth import internal
 
 # The only tensor types whose bytes tsprobe reads through their address. Subclasses are wrappers
@@ -138,7 +138,7 @@ def _placement(p: Any) -> str:
     return repr(p)
 
 
-class TorchAdapter:
+class TorchAdapter(TensorAdapter):
     framework = "pytorch"
 
     def __init__(self) -> None:

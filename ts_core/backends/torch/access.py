@@ -1,0 +1,139 @@
+"""torch's ``ModelAccess``: ``nn.Module`` models, hooks that torch.compile never traces
+(compiled.py), parameter gradients after accumulation, and the end of a backward."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import torch
+
+from ..access import ModelAccess
+from . import compiled
+from .grad_capture import on_grad
+
+
+class TorchAccess(ModelAccess):
+    framework = "pytorch"
+    model_type_name = "torch.nn.Module"
+
+    def is_model(self, model: Any) -> bool:
+        return isinstance(model, torch.nn.Module)
+
+    def submodules(self, model: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
+        return compiled.submodules(model)
+
+    def class_name(self, module: torch.nn.Module) -> str:
+        # a compiled wrapper is named as the module it wraps; fully_shard swaps a module's class
+        # for FSDP{Class}(FSDPModule, Class): name the user's
+        cls = type(compiled.unwrap(module))
+        fsdp = sys.modules.get("torch.distributed.fsdp")
+        wrapper = getattr(fsdp, "FSDPModule", None)
+        if wrapper is not None and issubclass(cls, wrapper):
+            cls = next((c for c in cls.__mro__ if not issubclass(c, wrapper)), cls)
+        return cls.__name__
+
+    def own_parameters(self, module: torch.nn.Module) -> Dict[str, Any]:
+        return dict(compiled.unwrap(module).named_parameters(recurse=False))
+
+    def module_is_inplace(self, module: torch.nn.Module) -> bool:
+        # ReLU(inplace=True): its input is overwritten
+        return getattr(module, "inplace", False) is True
+
+    def may_get_grad(self, tensor: torch.Tensor) -> bool:
+        return tensor.requires_grad
+
+    def grad_recording(self) -> bool:
+        return torch.is_grad_enabled()
+
+    def accumulated_grad(self, param: torch.Tensor) -> Optional[torch.Tensor]:
+        return param.grad
+
+    def rank(self) -> Optional[int]:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+        return None
+
+    # A hook body never runs on FakeTensors (compiled.outside_graph): with compile_mode None (a
+    # hook at the model's edge) it runs at a graph break there, otherwise as the mode says.
+    @staticmethod
+    def _breaks(compile_mode: Optional[str]) -> bool:
+        return True if compile_mode is None else compiled.breaks_at_modules(compile_mode)
+
+    def forward_pre_hook(self, module: torch.nn.Module, fn: Callable, *, prepend: bool,
+                         compile_mode: Optional[str]) -> Any:
+        return module.register_forward_pre_hook(compiled.outside_graph(fn, self._breaks(compile_mode)),
+                                                with_kwargs=True, prepend=prepend)
+
+    def forward_hook(self, module: torch.nn.Module, fn: Callable, *, compile_mode: Optional[str]) -> Any:
+        return module.register_forward_hook(compiled.outside_graph(fn, self._breaks(compile_mode)),
+                                            with_kwargs=True, always_call=True)
+
+    def param_grad_hook(self, param: torch.Tensor, fn: Callable[[Any], None]) -> Any:
+        return param.register_post_accumulate_grad_hook(lambda p: fn(p.grad))
+
+    def grad_hook(self, tensor: torch.Tensor, fn: Callable[[Any], None]) -> bool:
+        on_grad(tensor, fn)            # a hook on a leaf (a parameter) is released at the next step
+        return True
+
+    def backward_end(self, callback: Callable[[], None]) -> Optional["BackwardEnd"]:
+        queue = _queue_callback()
+        return None if queue is None else BackwardEnd(queue, callback)
+
+
+def _queue_callback() -> Optional[Callable[[Callable[[], None]], None]]:
+    """torch's "run this when the current backward finishes", or None where torch lacks it."""
+    try:
+        from torch.autograd import Variable
+
+        return Variable._execution_engine.queue_callback
+    except (ImportError, AttributeError):        # pragma: no cover - every supported torch has it
+        return None
+
+
+class BackwardEnd:
+    """``callback()`` once per backward that reaches a watched output: the first gradient of a
+    watched tensor queues it at the end of that backward, queued once more so that it comes
+    after the callbacks queued meanwhile (DDP copies its all-reduced gradients there)."""
+
+    def __init__(self, queue: Callable[[Callable[[], None]], None], callback: Callable[[], None]):
+        self._queue = queue
+        self._callback = callback
+        self.queued = False
+
+    def watch(self, output: Any) -> bool:
+        """Watch the tensors of `output` that require grad; False when none does."""
+        tensors = _grad_tensors(output, [])
+        for t in tensors:
+            t.register_hook(self._on_grad)
+        return bool(tensors)
+
+    def reset(self) -> None:
+        self.queued = False
+
+    def _on_grad(self, grad: Any) -> None:
+        if not self.queued:
+            self.queued = True
+            self._queue(self._finishing)
+        return None
+
+    def _finishing(self) -> None:
+        self._queue(self._done)
+
+    def _done(self) -> None:
+        self.queued = False
+        self._callback()
+
+
+def _grad_tensors(output: Any, out: List[torch.Tensor], depth: int = 0) -> List[torch.Tensor]:
+    """The tensors of a model output (nested up to 4 levels of dicts/lists) that require grad."""
+    if isinstance(output, torch.Tensor):
+        if output.requires_grad:
+            out.append(output)
+    elif depth < 4 and isinstance(output, dict):
+        for v in output.values():
+            _grad_tensors(v, out, depth + 1)
+    elif depth < 4 and isinstance(output, (list, tuple)):
+        for v in output:
+            _grad_tensors(v, out, depth + 1)
+    return out
