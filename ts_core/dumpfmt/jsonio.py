@@ -114,8 +114,9 @@ def json_by_line(head: Dict[str, Any], field: Optional[str] = None, items: Optio
     key, value = json_string, _json_value        # keys are str; most values are str or None
     parts = [f"{key(k)}: {value(v)}" for k, v in head.items()]
     if field is not None:
-        enc = (lambda v: v) if encoded else value
-        body = ",\n".join(f"{key(k)}: {enc(v)}" for k, v in (items or {}).items())
+        pairs = (items or {}).items()
+        body = ",\n".join(f"{key(k)}: {v}" for k, v in pairs) if encoded else \
+            ",\n".join(f"{key(k)}: {value(v)}" for k, v in pairs)
         parts.append(f"{key(field)}: {{\n{body}\n}}" if body else f"{key(field)}: {{}}")
     return "{" + ",\n".join(parts) + "}\n"
 

@@ -138,7 +138,9 @@ class Collector:
 
     # -- calls --------------------------------------------------------------------------
     def begin(self, base: str, is_module: bool) -> Call:
-        index = self.counter.next(base)
+        counts = self.counter._next                     # self.counter.next(base), inlined
+        index = counts.get(base, 0)
+        counts[base] = index + 1
         if is_module:
             fwd, bwd = module_key(base, index, FORWARD), module_key(base, index, BACKWARD)
         else:
@@ -149,7 +151,8 @@ class Collector:
             plain = self._plain_bases[base] = without_direction(base) == base
         name = f"{base}.{index}" if plain else without_direction(fwd)
         parent = self.module_stack[-1] if self.module_stack else None
-        selected = self.scope.begin(name, fwd, parent is not None and parent.selected)
+        scope = self.scope
+        selected = scope.everything or scope.begin(name, fwd, parent is not None and parent.selected)
         in_backward = self.backward_modules[-1].bwd_key if parent is None and self.backward_modules else None
         call = Call(base, index, fwd, bwd, name, selected, parent, is_module, self.dump, in_backward)
         if is_module:
@@ -291,8 +294,11 @@ class Collector:
             dump.add_record(key, rec)
         else:
             self._pending.append((dump, key, rec))
-        if self._flush_due():
-            self.flush()
+        if self.cfg.async_dump:
+            if self._flush_due():
+                self.flush()
+        elif len(self._pending) >= FLUSH_RECORDS or time.monotonic() - self._last_flush > FLUSH_SECONDS:
+            self.flush()            # _flush_due's first case, inlined (once per record)
 
     def _flush_due(self) -> bool:
         summ = self.summ

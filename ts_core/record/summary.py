@@ -121,6 +121,8 @@ class Summarizer:
         # Exact types the adapter's tensors have (``tensor_types``, optional): tested with one set
         # lookup before the ``is_tensor`` call, on every recorded value.
         self._tensor_types = frozenset(getattr(adapter, "tensor_types", ()))
+        # a host summary still needs ``_content`` (md5 with async_dump: the CRC from a copy)
+        self._host_content = summary_mode == "md5" and not self._host_md5
 
     @property
     def n_pending(self) -> int:
@@ -131,8 +133,16 @@ class Summarizer:
         ``files=False``: no tensor file for this value even when tensor files are being saved
         (and, with no `hold`, `name` is not used: the caller may pass ""). `hold`: gets
         ``(summary, name, tensor)`` of each tensor (the diff-only dump decides later)."""
+        if type(value) in self._tensor_types:
+            host = self._host_summary
+            if host is not None and hold is None and not self._host_content and \
+                    not (files and self.save_tensor is not None):
+                out = host(value, self._host_md5)      # ``tensor``'s first branch, one call less
+                if out is not None:
+                    return out
+            return self.tensor(value, name, files, hold)
         ad = self.adapter
-        if type(value) in self._tensor_types or ad.is_tensor(value):
+        if ad.is_tensor(value):
             return self.tensor(value, name, files, hold)
         if value is None:
             return None
@@ -160,7 +170,7 @@ class Summarizer:
             if hold is not None:
                 hold.append((out, name, t))
             save = files and self.save_tensor is not None
-            if save or (self.summary_mode == "md5" and not self._host_md5):
+            if save or self._host_content:
                 self._content(t, name, out, save)
             return out
         out = ad.meta(t)                    # field order as msprobe writes it

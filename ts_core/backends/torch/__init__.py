@@ -66,7 +66,15 @@ class TorchBackend(Backend):
         return cls.__name__
 
     def _own_parameters_impl(self, module: torch.nn.Module) -> Dict[str, Any]:
-        return dict(compiled.unwrap(module).named_parameters(recurse=False))
+        # named_parameters(recurse=False) without its generator chain (every module call at L0
+        # and mix): set entries, one name per parameter object, in order
+        own: Dict[str, Any] = {}
+        seen = set()
+        for name, p in compiled.unwrap(module)._parameters.items():
+            if p is not None and p not in seen:
+                seen.add(p)
+                own[name] = p
+        return own
 
     def _forward_pre_hook_impl(self, module: torch.nn.Module, hook, with_kwargs: bool) -> Any:
         breaks = compiled.breaks_at_modules(self.cfg.compile_mode)
