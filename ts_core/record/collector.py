@@ -77,6 +77,7 @@ class Collector:
                                defer=cfg.async_dump)
         self.diff = DiffDump(cfg.bench_path, cfg.diff_nums, cfg.summary_mode) if cfg.bench_path else None
         self._tensor_list = tuple(cfg.tensor_list)
+        self._files = cfg.task == "tensor" or bool(self._tensor_list)      # step folders hold tensor files
         self._async_warned = False
         self._pending: List[Tuple[DumpDir, str, dict]] = []
         self._last_flush = time.monotonic()
@@ -95,7 +96,7 @@ class Collector:
         self.step, self.rank = step, rank
         path = rank_dir(self.cfg.dump_path, step, rank)
         header = {"task": self.cfg.task, "level": self.cfg.level, "framework": self.adapter.framework}
-        files = self.cfg.task == "tensor" or bool(self._tensor_list)     # a tensor folder
+        files = self._files
         self.dump = DumpDir(path, header, tensor_to_numpy=self.adapter.to_numpy if files else None,
                             raise_on_error=self.cfg.on_write_error == "raise", warned=self._write_warned,
                             tensor_format=self.cfg.tensor_format)
@@ -138,7 +139,9 @@ class Collector:
 
     # -- calls --------------------------------------------------------------------------
     def begin(self, base: str, is_module: bool) -> Call:
-        index = self.counter.next(base)
+        counts = self.counter._next                     # self.counter.next(base), inlined
+        index = counts.get(base, 0)
+        counts[base] = index + 1
         if is_module:
             fwd, bwd = module_key(base, index, FORWARD), module_key(base, index, BACKWARD)
         else:
@@ -149,7 +152,8 @@ class Collector:
             plain = self._plain_bases[base] = without_direction(base) == base
         name = f"{base}.{index}" if plain else without_direction(fwd)
         parent = self.module_stack[-1] if self.module_stack else None
-        selected = self.scope.begin(name, fwd, parent is not None and parent.selected)
+        scope = self.scope
+        selected = scope.everything or scope.begin(name, fwd, parent is not None and parent.selected)
         in_backward = self.backward_modules[-1].bwd_key if parent is None and self.backward_modules else None
         call = Call(base, index, fwd, bwd, name, selected, parent, is_module, self.dump, in_backward)
         if is_module:
@@ -161,9 +165,10 @@ class Collector:
 
     def files_for(self, key: str) -> bool:
         """Does the record `key` get tensor files when it is summarised? (task tensor: yes;
-        tensor_list: when an entry is a substring of the key, as msprobe matches; diff-only
-        dump: decided after the record is complete, see ``_save_if_introduced``)."""
-        if self.diff is not None:
+        tensor_list: when an entry is a substring of the key, as msprobe matches; statistics
+        tasks: no; diff-only dump: decided after the record is complete, see
+        ``_save_if_introduced``)."""
+        if self.diff is not None or not self._files:
             return False
         return not self._tensor_list or any(e in key for e in self._tensor_list)
 
@@ -174,19 +179,29 @@ class Collector:
     def _hold(self) -> Optional[Held]:
         return [] if self.diff is not None and self.diff.searching else None
 
+    def _values(self, key: str, part: str, values: Any, files: bool, hold: Optional[Held]) -> list:
+        """Summaries of a record's positional values (``KEY.part.i``). Value names only name
+        tensor files and held values: without either (every statistics task) none is built,
+        ~2,000 names a GPT-2 step."""
+        s = self.summ.summarize
+        if files or hold is not None:
+            return [s(v, value_name(key, part, i), files, hold) for i, v in enumerate(values)]
+        return [s(v, "", False) for v in values]
+
+    def _named(self, key: str, part: str, values: dict, files: bool, hold: Optional[Held]) -> dict:
+        """Summaries of a record's named values (``KEY.part.name``: keyword arguments, parameters)."""
+        s = self.summ.summarize
+        if files or hold is not None:
+            return {k: s(v, value_name(key, part, k), files, hold) for k, v in values.items()}
+        return {k: s(v, "", False) for k, v in values.items()}
+
     def forward_inputs(self, call: Call, args: Any, kwargs: Optional[dict]) -> None:
         rec: Dict[str, Any] = {}
         if self.want[FORWARD, "input"]:
-            s = self.summ.summarize
             key = call.fwd_key
             files, hold = self.files_for(key), self._hold()
-            if files or hold is not None:
-                rec["input_args"] = [s(a, value_name(key, "input", i), files, hold) for i, a in enumerate(args)]
-                rec["input_kwargs"] = {k: s(v, value_name(key, "input", k), files, hold)
-                                       for k, v in (kwargs or {}).items()}
-            else:           # value names only name tensor files and held values: none here
-                rec["input_args"] = [s(a, "", False) for a in args]
-                rec["input_kwargs"] = {k: s(v, "", False) for k, v in (kwargs or {}).items()}
+            rec["input_args"] = self._values(key, "input", args, files, hold)
+            rec["input_kwargs"] = self._named(key, "input", kwargs, files, hold) if kwargs else {}
             if hold is not None and self.diff.inputs_match(key, rec):
                 # copies now: the call may still change its inputs in place
                 self.diff.hold(key, [(out, name, self.adapter.snapshot(t)) for out, name, t in hold])
@@ -194,24 +209,20 @@ class Collector:
 
     def forward_outputs(self, call: Call, output: Any, params: Optional[Dict[str, Any]] = None) -> None:
         rec = call.record if call.record is not None else {}
-        s = self.summ.summarize
         key = call.fwd_key
         files, hold = self.files_for(key), self._hold()
         if self.want[FORWARD, "output"]:
             outs = output if isinstance(output, (list, tuple)) else [output]
-            if files or hold is not None:
-                rec["output"] = [s(o, value_name(key, "output", i), files, hold) for i, o in enumerate(outs)]
-            else:
-                rec["output"] = [s(o, "", False) for o in outs]
+            rec["output"] = self._values(key, "output", outs, files, hold)
         if params and self.want[FORWARD, "input"]:
-            rec["parameters"] = {n: s(p, value_name(key, "parameters", n), files, hold) for n, p in params.items()}
+            rec["parameters"] = self._named(key, "parameters", params, files, hold)
         if self.diff is not None:
             held = self.diff.take_held(key)
             if held is not None and hold is not None:
                 self._save_if_introduced(call.dump, key, rec, held, hold)
         if self.want[FORWARD, "input"] or self.want[FORWARD, "output"]:
-            self._emit(call.dump, call.fwd_key, rec)
-            self._construct(call.dump, call.fwd_key, call.parent_key)
+            self._emit(call.dump, key, rec)
+            self._construct(call.dump, key, call.parent_key)
         call.record = None
 
     def end(self, call: Call) -> None:
@@ -235,14 +246,13 @@ class Collector:
         if dump is None or dump is not self.dump:
             self._late(call.bwd_key)
             return
-        s = self.summ.summarize
         key = call.bwd_key
         files, hold = self.files_for(key), self._hold()
         rec: Dict[str, Any] = {}
         if self.want[BACKWARD, "input"]:
-            rec["input"] = [s(g, value_name(key, "input", i), files, hold) for i, g in enumerate(grads_of_outputs)]
+            rec["input"] = self._values(key, "input", grads_of_outputs, files, hold)
         if self.want[BACKWARD, "output"]:
-            rec["output"] = [s(g, value_name(key, "output", i), files, hold) for i, g in enumerate(grads_of_inputs)]
+            rec["output"] = self._values(key, "output", grads_of_inputs, files, hold)
         if hold is not None:
             self._save_if_introduced(dump, key, rec, [], hold)
         self._emit(dump, call.bwd_key, rec)
@@ -280,12 +290,16 @@ class Collector:
         long enough to be promoted into Python's oldest GC generation, and every ~100k promoted
         objects make the interpreter run a full collection over the whole training process's
         heap (~0.5 s with torch and transformers loaded)."""
-        if not self._pending and not self.summ.n_pending:
-            dump.add_record(key, rec, finite=not self.summ.nonfinite)
+        summ = self.summ
+        if not (self._pending or summ.pending or summ.pending_xor or summ.deferred):    # summ.n_pending, inlined
+            dump.add_record(key, rec)
         else:
             self._pending.append((dump, key, rec))
-        if self._flush_due():
-            self.flush()
+        if self.cfg.async_dump:
+            if self._flush_due():
+                self.flush()
+        elif len(self._pending) >= FLUSH_RECORDS or time.monotonic() - self._last_flush > FLUSH_SECONDS:
+            self.flush()            # _flush_due's first case, inlined (once per record)
 
     def _flush_due(self) -> bool:
         summ = self.summ
@@ -310,9 +324,8 @@ class Collector:
             n = len(self._pending)      # records appended meanwhile (another thread) stay queued
             self.summ.resolve()         # covers every record among the first n
             dumps: Dict[int, DumpDir] = {} if self.dump is None else {id(self.dump): self.dump}
-            finite = not self.summ.nonfinite
             for dump, key, rec in self._pending[:n]:
-                dump.add_record(key, rec, finite)
+                dump.add_record(key, rec)
                 dumps[id(dump)] = dump
             del self._pending[:n]
             for dump in dumps.values():

@@ -44,6 +44,9 @@ class TensorAdapter(abc.ABC):
     @abc.abstractmethod
     def is_tensor(self, value: Any) -> bool: ...
 
+    # Optional: ``tensor_types``, exact types for which ``is_tensor`` is True (a shortcut; any
+    # other value still goes through ``is_tensor``).
+
     @abc.abstractmethod
     def meta(self, tensor: Any) -> dict:
         """type, dtype, shape (host-known, no sync)."""
@@ -142,9 +145,11 @@ class Summarizer:
         self._host_summary: Optional[Callable[[Any, bool], Optional[dict]]] = \
             adapter.host_summary if fast else None
         self._host_md5 = summary_mode == "md5" and not defer      # async_dump: CRCs from copies, later
-        # NaN/Inf floats put into summaries since the folder began: records are then encoded by
-        # the stdlib, which writes them as NaN/Infinity (``dumpfmt.record_json``)
-        self.nonfinite = 0
+        # Exact types the adapter's tensors have (``tensor_types``, optional): tested with one set
+        # lookup before the ``is_tensor`` call, on every recorded value.
+        self._tensor_types = frozenset(getattr(adapter, "tensor_types", ()))
+        # a host summary still needs ``_content`` (md5 with async_dump: the CRC from a copy)
+        self._host_content = summary_mode == "md5" and not self._host_md5
 
     @property
     def n_pending(self) -> int:
@@ -152,27 +157,33 @@ class Summarizer:
 
     def summarize(self, value: Any, name: str, files: bool = True, hold: Optional[list] = None) -> Any:
         """Summary of `value`; `name` is the data-name prefix (``KEY.input.0``) for tensor files.
-        ``files=False``: no tensor file for this value even when tensor files are being saved.
-        `hold`: gets ``(summary, name, tensor)`` of each tensor (the diff-only dump decides later)."""
+        ``files=False``: no tensor file for this value even when tensor files are being saved
+        (and, with no `hold`, `name` is not used: the caller may pass ""). `hold`: gets
+        ``(summary, name, tensor)`` of each tensor (the diff-only dump decides later)."""
+        if type(value) in self._tensor_types:
+            host = self._host_summary
+            if host is not None and hold is None and not self._host_content and \
+                    not (files and self.save_tensor is not None):
+                out = host(value, self._host_md5)      # ``tensor``'s first branch, one call less
+                if out is not None:
+                    return out
+            return self.tensor(value, name, files, hold)
         ad = self.adapter
         if ad.is_tensor(value):
             return self.tensor(value, name, files, hold)
         if value is None:
             return None
         if isinstance(value, _PLAIN):
-            if isinstance(value, float) and value - value != 0:       # NaN or +-Inf
-                self.nonfinite += 1
             return {"type": type(value).__name__, "value": value}
         other = ad.describe_other(value)
         if other is not None:
-            v = other.get("value")
-            if isinstance(v, float) and v - v != 0:
-                self.nonfinite += 1
             return other
+        named = files or hold is not None          # nested values get names only when used
         if isinstance(value, (list, tuple)):
-            return [self.summarize(v, value_name(name, i), files, hold) for i, v in enumerate(value)]
+            return [self.summarize(v, value_name(name, i) if named else "", files, hold) for i, v in enumerate(value)]
         if isinstance(value, dict):
-            return {str(k): self.summarize(v, value_name(name, k), files, hold) for k, v in value.items()}
+            return {str(k): self.summarize(v, value_name(name, k) if named else "", files, hold)
+                    for k, v in value.items()}
         if isinstance(value, slice):
             return {"type": "slice", "value": [_plain(value.start), _plain(value.stop), _plain(value.step)]}
         if value is Ellipsis:
@@ -185,10 +196,8 @@ class Summarizer:
         if out is not None:                 # statistics already on the host: the whole summary
             if hold is not None:
                 hold.append((out, name, t))
-            if out["Mean"] - out["Mean"] != 0 or out["Norm"] - out["Norm"] != 0:
-                self.nonfinite += 1         # an overflowing sum of squares (a NaN/Inf input never comes here)
             save = files and self.save_tensor is not None
-            if save or (self.summary_mode == "md5" and not self._host_md5):
+            if save or self._host_content:
                 self._content(t, name, out, save)
             return out
         out = ad.meta(t)                    # field order as msprobe writes it
@@ -207,8 +216,6 @@ class Summarizer:
             if type(handle) in HOST_ROW and len(handle) > 4:
                 self._fill_shard(out, handle)
             elif type(handle) in HOST_ROW:        # already on the host (native kernel): filled now
-                if handle[2] - handle[2] != 0 or handle[3] - handle[3] != 0:
-                    self.nonfinite += 1         # (a NaN/Inf Max or Min makes the mean one too)
                 dtype = out["dtype"]
                 out["Max"] = _typed(handle[0], dtype, "Max")
                 out["Min"] = _typed(handle[1], dtype, "Min")
@@ -231,8 +238,6 @@ class Summarizer:
         dtype = out["dtype"]
         for field, v in zip(STAT_FIELDS, values):
             out[field] = _typed(v, dtype, field)
-            if v - v != 0:
-                self.nonfinite += 1
         out.setdefault(DTENSOR, {})["local"] = local
 
     def _content(self, t: Any, name: str, out: dict, save: bool) -> None:
@@ -285,7 +290,6 @@ class Summarizer:
     def reset(self) -> None:
         """A new step folder: nothing seen yet (links never cross folders)."""
         self._seen.clear()
-        self.nonfinite = 0
         self.adapter.reset()
 
     def resolve(self) -> None:
@@ -303,8 +307,6 @@ class Summarizer:
                     continue
                 for field, v in zip(STAT_FIELDS, row):
                     out[field] = _typed(v, dtype, field)
-                    if v is not None and v - v != 0:
-                        self.nonfinite += 1
             del self.pending[:n]
         n = len(self.pending_xor)
         if n:

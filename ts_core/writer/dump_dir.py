@@ -63,10 +63,9 @@ class DumpDir:
             self._failed(exc)
 
     # -- collecting ---------------------------------------------------------------------
-    def add_record(self, key: str, record: Any, finite: bool = False) -> None:
-        """`record` is final (its statistics resolved): it is encoded once, here. ``finite``:
-        it holds no NaN/Inf float (see ``record_json``)."""
-        text = record_json(record, finite)
+    def add_record(self, key: str, record: Any) -> None:
+        """`record` is final (its statistics resolved): it is encoded once, here."""
+        text = record_json(record)
         self.data[key] = text
         self._dirty = True
         if self._journal is not None:

@@ -33,7 +33,15 @@ class TorchAccess(ModelAccess):
         return cls.__name__
 
     def own_parameters(self, module: torch.nn.Module) -> Dict[str, Any]:
-        return dict(compiled.unwrap(module).named_parameters(recurse=False))
+        # named_parameters(recurse=False) without its generator chain (every module call at L0
+        # and mix): one name per parameter object, in order
+        own: Dict[str, Any] = {}
+        seen = set()
+        for name, p in compiled.unwrap(module)._parameters.items():
+            if p is not None and p not in seen:
+                seen.add(p)
+                own[name] = p
+        return own
 
     def module_is_inplace(self, module: torch.nn.Module) -> bool:
         # ReLU(inplace=True): its input is overwritten
