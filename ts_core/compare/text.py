@@ -39,6 +39,7 @@ def terminal_text(result: Any, max_rows: int = 12) -> str:
     if fd and not differ:     # with different programs the evidence above replaces both lines below
         where = ", ".join(x for x in (f"step {fd.step}" if fd.step is not None else "", fd.rank) if x)
         lines.append(fd.describe() + (f"\n  ({where})" if where else ""))
+        lines.extend(diagnosis_lines(getattr(result, "diagnosis", [])))
     elif not differ:
         lines.append(result.summary().get("first_divergence_note") or "no call introduced an error")
     bad = [r for r in result.rows if r.verdict != PASS][:max_rows]
@@ -61,6 +62,19 @@ def terminal_text(result: Any, max_rows: int = 12) -> str:
     if result.report_path:
         lines.append(f"report: {result.report_path}")
     return "\n".join(lines)
+
+
+def diagnosis_lines(diagnosis: List[dict], top: int = 3) -> List[str]:
+    """The likeliest causes (explain/diagnosis.py), one line each with its evidence below."""
+    shown = [h for h in diagnosis if h.get("confidence", 0) > 0][:top]
+    if not shown:
+        return []
+    lines = ["Diagnosis (likeliest cause first):"]
+    for h in shown:
+        tag = " [needs tensors]" if h.get("needs_tensors") else ""
+        lines.append(f"  {h['confidence']:.2f} {h['cause']}: {h['title']}{tag}")
+        lines.append(f"       {h['evidence']}")
+    return lines
 
 
 # engine.py's one message that is a warning (the dump is partial); the others are notes on how

@@ -1,0 +1,1 @@
+"""Explaining a comparison: why the first divergence diverged (diagnosis)."""
