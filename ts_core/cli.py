@@ -38,6 +38,10 @@ def _add_compare(sub) -> None:
                    help="1 rank against N (single run vs DDP/FSDP2/TP): 'same' (every rank saw the single run's "
                         "batch: compared rank by rank), 'split' (each saw a shard: merged across ranks) or the "
                         "target ranks to compare, e.g. 0,1 (default: decided from the data)")
+    p.add_argument("--golden-rerun", metavar="DUMP",
+                   help="a second dump of golden (the same program run again): the diagnosis then says whether "
+                        "the first divergence is nondeterminism (golden differs from itself)")
+    p.add_argument("--target-rerun", metavar="DUMP", help="a second dump of target, likewise")
     p.set_defaults(func=_run_compare)
 
 
@@ -57,7 +61,8 @@ def _run_compare(args: argparse.Namespace) -> int:
 
     result = compare(args.golden, args.target, args.output, rtol=args.rtol, atol=args.atol,
                      stats_only=args.stats_only, equal_nan=not args.nan_differs, workers=args.workers,
-                     html=not args.no_html, verbose=not args.json, rank_map=args.rank_map)
+                     html=not args.no_html, verbose=not args.json, rank_map=args.rank_map,
+                     golden_rerun=args.golden_rerun, target_rerun=args.target_rerun)
     if args.json:
         print(json.dumps(result.summary(), indent=2))
     if result.different_programs:          # nothing meaningful was compared: never a success

@@ -30,7 +30,9 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
             equal_nan: bool = True, workers: Optional[int] = None, html: bool = True,
             verbose: bool = True, progress: Optional[bool] = None,
             normalise: Callable[[str], str] = default_normalise, crossframework: Optional[bool] = None,
-            mapping: Optional[os.PathLike | str] = None, rank_map: Optional[str] = None) -> CompareResult:
+            mapping: Optional[os.PathLike | str] = None, rank_map: Optional[str] = None,
+            golden_rerun: Optional[os.PathLike | str] = None,
+            target_rerun: Optional[os.PathLike | str] = None) -> CompareResult:
     """Compare two dumps and name the first call that diverged.
 
     ``golden``/``target``: a dump root (``step*/rank*``), a step folder, a rank folder or a
@@ -44,6 +46,9 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
     A 1-rank golden against an N-rank target (a single-device run against its DDP, FSDP2 or TP
     twin) is compared through rank layouts (layouts.py); ``rank_map`` (``same``, ``split`` or
     target ranks ``0,1``) overrides the layout decided from the data.
+    ``golden_rerun``/``target_rerun``: a second dump of the same side (the same program run
+    again); the side is compared with it and the diagnosis says whether the first divergence
+    is nondeterminism (explain/rerun.py).
     """
     opts = Options(rtol=rtol, atol=atol, stats_only=stats_only, equal_nan=equal_nan, normalise=normalise,
                    crossframework=crossframework, mapping=str(mapping) if mapping is not None else None)
@@ -95,6 +100,11 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
                                     "text": layout.text + layouts.attribute(result, layout.view_side)}
         if views is not None:
             views.cleanup()
+    for side, first, rerun in (("golden", golden, golden_rerun), ("target", target, target_rerun)):
+        if rerun is not None:
+            _check_rerun(result, side, compare(first, rerun, None, rtol=rtol, atol=atol, stats_only=stats_only,
+                                               equal_nan=equal_nan, workers=workers, html=False, verbose=False,
+                                               progress=progress, normalise=normalise))
     if output_dir is not None:
         write_outputs(result, Path(output_dir), html=html)
     if verbose:
@@ -111,6 +121,17 @@ def _compare_unit(golden: DumpUnit, target: DumpUnit, opts: Options, progress: O
     if rank_number(golden.rank) is not None or rank_number(target.rank) is not None:
         pair.timeline = timeline(pair)
     return pair
+
+
+def _check_rerun(result: CompareResult, side: str, self_result: CompareResult) -> None:
+    """Add what a side compared with its own rerun says to the diagnosis of the first divergence."""
+    from .explain.diagnosis import add_rerun
+    from .explain.rerun import nondeterminism
+
+    fd = result.first_divergence
+    pair = next((p for p in result.pairs if fd is not None and p.first_divergence is fd), None)
+    if pair is not None:
+        pair.diagnosis = add_rerun(pair.diagnosis, nondeterminism(side, self_result, fd))
 
 
 def _labels(units) -> str:

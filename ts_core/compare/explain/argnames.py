@@ -28,9 +28,9 @@ POSITIONAL: Dict[str, Tuple[str, ...]] = {
 
 
 def op_short(name: str) -> str:
-    """``Functional.layer_norm`` -> ``layer_norm``; ``Tensor.__add__`` -> ``add``."""
+    """``Functional.layer_norm`` -> ``layer_norm``; ``Tensor.__add__`` -> ``add``; ``Tensor.add_`` -> ``add``."""
     s = name.rsplit(".", 1)[-1]
-    return s.strip("_") if s.startswith("__") else s
+    return s.strip("_") if s.startswith("__") else s.rstrip("_")
 
 
 def arg_label(op_name: str, arg: str) -> str:

@@ -81,6 +81,14 @@ def _ulps_of_scale(g: np.ndarray, t: np.ndarray, bits: int) -> float:
     return float(np.abs(t - g).max()) / 2.0 ** (math.floor(math.log2(top)) - bits)
 
 
+def _differs(r: Any) -> bool:
+    """A value that is not identical on both sides, even within tolerance (the first divergence
+    may be where precision was lost, its own output still within tolerance)."""
+    if r.max_abs_err is not None:
+        return r.max_abs_err > 0
+    return any(v for v in (r.max_diff, r.min_diff, r.mean_diff, r.norm_diff) if v)
+
+
 def _fmt(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else repr(v)
 
@@ -109,16 +117,19 @@ class _Ctx:
         self.short = op_short(self.op).lower()
         self.tensors = values.has_tensors()
         self.failing = [r for r in cp.rows if r.failed]
-        self.out_fail = [r for r in self.failing if r.role == OUTPUT and r.mode != "value"]
+        self.out_fail = [r for r in self.failing if r.role == OUTPUT and r.mode != "value"] or \
+            [r for r in cp.rows if r.role == OUTPUT and r.mode in ("tensor", "statistics") and _differs(r)]
         self.in_fail = [r for r in self.failing if r.role != OUTPUT and r.mode != "value"]
         self.args = [(arg_label(self.op, r.arg), r.golden_value, r.target_value)
                      for r in cp.rows if r.mode == "value"]
         self.quoted: set = set()
 
-    def quote(self, *names: str) -> str:
-        """The recorded argument differences among `names` (all when none given), in words."""
+    def quote(self, *names: str, mark: bool = True) -> str:
+        """The recorded argument differences among `names` (all when none given), in words;
+        `mark`: the caller explains them (the catch-all argument check leaves them out)."""
         hits = [(n, g, t) for n, g, t in self.args if not names or n in names or n.split(".")[-1] in names]
-        self.quoted.update(n for n, _, _ in hits)
+        if mark:
+            self.quoted.update(n for n, _, _ in hits)
         return "; ".join(f"recorded {n}: golden {_fmt(g)}, target {_fmt(t)}" for n, g, t in hits)
 
     def arrays(self, r) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
@@ -133,10 +144,12 @@ class _Ctx:
         return self.values.array("golden", OUTPUT, arg), self.values.array("target", OUTPUT, arg)
 
     def dims(self) -> List[int]:
+        """Sizes a missing factor is usually made of: every axis length and element count."""
         out = []
         for r in self.cp.rows:
             for s in (r.golden_shape, r.target_shape):
-                out += [d for d in (s or []) if isinstance(d, int)]
+                ints = [d for d in (s or []) if isinstance(d, int)]
+                out += ints + ([int(np.prod(ints))] if ints else [])
         return out
 
 
@@ -261,6 +274,14 @@ def _check_outputs(ctx: _Ctx) -> List[Hypothesis]:
                                       f"Max/Min/Mean/Norm of target's {r.arg} are golden's x "
                                       f"{describe_constant(c, ctx.dims())} (statistics)"))
             continue
+        if g.size == 1 and float(g.reshape(-1)[0]) != 0:
+            c = float(t.reshape(-1)[0]) / float(g.reshape(-1)[0])
+            quoted = ctx.quote("reduction", "size_average", "reduce")
+            out.append(Hypothesis("constant_scale", "the result is scaled by a constant (a reduction: sum vs mean)",
+                                  0.9 if quoted else 0.55,
+                                  f"target's {r.arg} = {describe_constant(c, ctx.dims())} x golden's (one number: a "
+                                  f"ratio alone does not prove a constant factor)" + _sep(quoted)))
+            continue
         ratio = constant_ratio(g, t)
         if ratio is not None:
             c, share, n = ratio
@@ -270,7 +291,7 @@ def _check_outputs(ctx: _Ctx) -> List[Hypothesis]:
                                   f"reduction sum vs mean)"))
             continue
         tol = (r.atol or 1e-5) + (r.rtol or 1e-4) * float(np.abs(g).max(initial=0))
-        border = border_only(g, t, tol)
+        border = border_only(g, t, tol) if not ctx.in_fail else None
         if border is not None:
             k, n, size = border
             out.append(Hypothesis("padding_border", "only the border differs: padding mode or border handling",
@@ -442,7 +463,8 @@ def _check_replay(ctx: _Ctx) -> List[Hypothesis]:
     elif e_gt <= tol or e_peer <= tol:
         out.append(Hypothesis("born_here", "born here: the call computes the difference from golden's inputs", 0.5,
                               f"replaying target's {ctx.cp.target.key} with its recorded arguments on golden's inputs "
-                              f"reproduces target's output (rel err {min(e_gt, e_peer):.1e})" + _sep(ctx.quote())))
+                              f"reproduces target's output (rel err {min(e_gt, e_peer):.1e})"
+                              + _sep(ctx.quote(mark=False))))
     low = [_dtype(r.target_dtype) for r in ctx.out_fail if _dtype(r.target_dtype) in _LOW] + \
         [_dtype(r.golden_dtype) for r in ctx.out_fail if _dtype(r.golden_dtype) in _LOW]
     if low and e_gg <= tol:
@@ -633,6 +655,11 @@ def _check_unmatched(ctx: _Ctx) -> List[Hypothesis]:
         return [Hypothesis("constant_scale", f"a constant scale applied in {side} only", 0.85,
                            f"{side} multiplies by {describe_constant(c, ctx.dims())} here ({ctx.op}); {other} has "
                            f"no such call: a scale factor missing in {other}")]
+    if ctx.short in ("mul", "rmul", "imul", "div", "truediv", "rdiv", "itruediv") and len(tensors) == 2:
+        return [Hypothesis("constant_scale", f"a scaling (normalisation) applied in {side} only", 0.7,
+                           f"{side} scales {tensors[0].arg} by {tensors[1].arg} here ({ctx.op}, shapes "
+                           f"{tensors[0].leaf.get('shape')} and {tensors[1].leaf.get('shape')}); {other} has no such "
+                           f"call: a scale or renormalisation missing in {other}")]
     return [Hypothesis("extra_call", f"a call that runs in {side} only", 0.6,
                        f"{ctx.op} runs only in {side} and changes what the next call receives")]
 

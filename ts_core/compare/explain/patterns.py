@@ -111,7 +111,8 @@ def border_only(g: np.ndarray, t: np.ndarray, tol: float) -> Optional[Tuple[int,
         interior = np.zeros(g.shape[-2:], dtype=bool)
         interior[k:-k, k:-k] = True
         if not bad[..., interior].any():
-            return k, int(bad.sum()), int(bad.size)
+            sides = sum(bool(x.any()) for x in (bad[..., :k, :], bad[..., -k:, :], bad[..., :, :k], bad[..., :, -k:]))
+            return (k, int(bad.sum()), int(bad.size)) if sides >= 2 else None
     return None
 
 
