@@ -94,17 +94,18 @@ def _fmt(v: Any) -> str:
 
 
 def describe_constant(c: float, dims: Sequence[int] = ()) -> str:
-    """A ratio in words, named when it is a usual missing factor (1/sqrt(d), 1/d, 2 ...)."""
+    """A ratio in words, named when it is a usual missing factor: n, 1/n, sqrt(n), 1/sqrt(n)
+    for a whole n (a head size, a batch or element count), marked when n is a recorded size."""
+    sizes = {int(x) for x in dims if isinstance(x, int) and x > 1}
     names = []
-    for d in sorted({int(x) for x in dims if isinstance(x, int) and x > 1}):
-        for label, v in ((f"sqrt({d})", math.sqrt(d)), (f"1/sqrt({d})", 1 / math.sqrt(d)), (f"{d}", float(d)),
-                         (f"1/{d}", 1.0 / d)):
-            if abs(c - v) <= 1e-3 * abs(v):
-                names.append(label)
-    for label, v in (("2", 2.0), ("1/2", 0.5), ("-1", -1.0)):
-        if abs(c - v) <= 1e-3 * abs(v):
-            names.append(label)
-    return f"{c:.6g}" + (f" = {' = '.join(dict.fromkeys(names))}" if names else "")
+    if c != 0 and math.isfinite(c):
+        m = abs(c)
+        for label, v in (("{n}", m), ("1/{n}", 1 / m), ("sqrt({n})", m * m), ("1/sqrt({n})", 1 / (m * m))):
+            n = round(v)
+            if 2 <= n <= 1 << 20 and abs(v - n) <= 1e-3 * n:
+                names.append(("-" if c < 0 else "") + label.format(n=n) + (" (a recorded size)" if n in sizes else ""))
+                break
+    return f"{c:.6g}" + (f" = {names[0]}" if names else "")
 
 
 class _Ctx:
@@ -187,6 +188,10 @@ def _check_inputs(ctx: _Ctx) -> List[Hypothesis]:
                                       f"target's {what} is {perm} (shape {list(g.shape)}); its elements are the "
                                       f"same numbers"))
                 continue
+            res = difference_is(g, t, _residual_candidates(ctx, g.shape)) if not is_param else None
+            if res is not None:
+                out.append(_residual(res, f"{r.arg} of {ctx.fd.key}"))
+                continue
             ratio = constant_ratio(g, t)
             if ratio is not None and not rooted:
                 c, share, n = ratio
@@ -194,10 +199,6 @@ def _check_inputs(ctx: _Ctx) -> List[Hypothesis]:
                                       0.9, f"target's {r.arg} = {describe_constant(c, ctx.dims())} x golden's on "
                                       f"{share:.0%} of the {n} elements that differ: a scale factor dropped or "
                                       f"changed before {ctx.fd.key}"))
-                continue
-            res = difference_is(g, t, _residual_candidates(ctx, g.shape))
-            if res is not None and not rooted:
-                out.append(_residual(res, f"{r.arg} of {ctx.fd.key}"))
                 continue
             if rooted:
                 change = element_changes(g, t) or "values differ"

@@ -57,10 +57,13 @@ def constant_ratio(g: np.ndarray, t: np.ndarray, rtol: float = 1e-4) -> Optional
     elements that fit, how many differ)."""
     if g.shape != t.shape or g.size == 0:
         return None
-    scale = max(float(np.abs(g).max()), float(np.abs(t).max()))
+    same = t == g                       # masked fills, zeros: equal on both sides, left out of the scale
+    if same.all():
+        return None
+    scale = max(float(np.abs(g[~same]).max()), float(np.abs(t[~same]).max()))
     if scale == 0:
         return None
-    differ = ~np.isclose(t, g, rtol=1e-6, atol=1e-9 * scale)
+    differ = ~same & ~np.isclose(t, g, rtol=1e-6, atol=1e-9 * scale)
     use = differ & (np.abs(g) > 1e-6 * scale)
     if use.sum() < max(2, 0.05 * g.size):
         return None
