@@ -42,7 +42,8 @@ def arg_label(op_name: str, arg: str) -> str:
     if not rest.split(".")[0].isdigit():
         return rest
     names = POSITIONAL.get(op_short(op_name))
-    i = int(rest.split(".")[0])
-    if names and i < len(names) and "." not in rest:
-        return names[i]
-    return arg
+    head_i, _, tail = rest.partition(".")
+    i = int(head_i)
+    if not names or i >= len(names):
+        return arg
+    return names[i] + "".join(f"[{p}]" for p in tail.split(".") if p)     # dim=(1, 3): dim[0], dim[1]

@@ -128,7 +128,8 @@ class _Ctx:
     def quote(self, *names: str, mark: bool = True) -> str:
         """The recorded argument differences among `names` (all when none given), in words;
         `mark`: the caller explains them (the catch-all argument check leaves them out)."""
-        hits = [(n, g, t) for n, g, t in self.args if not names or n in names or n.split(".")[-1] in names]
+        hits = [(n, g, t) for n, g, t in self.args
+                if not names or n.split("[")[0] in names or n.split(".")[-1] in names]
         if mark:
             self.quoted.update(n for n, _, _ in hits)
         return "; ".join(f"recorded {n}: golden {_fmt(g)}, target {_fmt(t)}" for n, g, t in hits)
@@ -405,7 +406,7 @@ def _check_reduction(ctx: _Ctx) -> List[Hypothesis]:
         r = ctx.out_fail[0] if ctx.out_fail else None
         gs = ctx.values.stats("golden", OUTPUT, r.arg) if r else None
         ts = ctx.values.stats("target", OUTPUT, r.arg) if r else None
-        mean_kept = bool(gs and ts and isinstance(gs.get("Mean"), (int, float)) and isinstance(ts.get("Mean"), (int, float))
+        mean_kept = kind not in ("softmax", "log_softmax") and bool(gs and ts and isinstance(gs.get("Mean"), (int, float)) and isinstance(ts.get("Mean"), (int, float))
                          and abs(gs["Mean"] - ts["Mean"]) <= 1e-5 * max(abs(gs["Mean"]), 1e-12))
         if not (quoted or mean_kept):
             return []
@@ -551,7 +552,7 @@ def _check_module_code(ctx: _Ctx) -> List[Hypothesis]:
             return [Hypothesis("constant_scale", "a value scaled by a constant in the module's code", 0.7,
                                f"Max/Min/Mean/Norm of target's {where} are golden's x {describe_constant(c, ctx.dims())} "
                                f"(statistics)")]
-        return [Hypothesis("dropped_residual", "a scale, residual or reduction in the module's own code", 0.1,
+        return [Hypothesis("module_code", "a scale, residual or reduction in the module's own code", 0.1,
                            f"{where} differs; telling which needs the tensor files", needs_tensors=True)]
     ratio = constant_ratio(g, t)
     if ratio is not None:
@@ -665,8 +666,39 @@ def _check_unmatched(ctx: _Ctx) -> List[Hypothesis]:
                        f"{ctx.op} runs only in {side} and changes what the next call receives")]
 
 
+def _check_weight_stats(ctx: _Ctx) -> List[Hypothesis]:
+    """Statistics only: a call whose inputs and weights have the same statistics on both sides
+    but whose output differs. A transposed or permuted weight keeps every statistic; so does a
+    convolution's input when only its padding differs (then the output differs a little, at
+    the border). Which one needs the tensors."""
+    if ctx.tensors or ctx.in_fail or not ctx.out_fail:
+        return []
+    weights = [e for e in ctx.values.entries("golden") if e.role != OUTPUT and is_tensor_summary(e.leaf)
+               and (e.role == PARAMETER or (e.arg != "input.0" and e.leaf.get("requires_grad")))
+               and len(e.leaf.get("shape") or []) >= 2]
+    if not weights:
+        return []
+    r = ctx.out_fail[0]
+    rel = r.norm_rel_diff if r.norm_rel_diff is not None else r.error_measure
+    conv = "conv" in ctx.op.lower()
+    small = rel is not None and abs(rel) < 0.05
+    names = ", ".join(e.arg for e in weights[:2])
+    out = [Hypothesis("transposed_weight", "a transposed or permuted weight (statistics cannot show it)",
+                      0.3 if conv and small else 0.55,
+                      f"{names} has the same Max/Min/Mean/Norm on both sides and every input agrees, yet "
+                      f"{r.arg} differs (norm {rel:+.2g} relative): a permutation keeps every statistic" if rel is not None
+                      else f"{names} has the same statistics on both sides, yet {r.arg} differs", needs_tensors=True)]
+    if conv:
+        out.append(Hypothesis("padding_border", "padding mode (statistics cannot show the border)",
+                              0.5 if small else 0.3,
+                              f"the output's norm differs by {rel:+.2g} relative while inputs and weights agree: a "
+                              f"small change such as other border values" if rel is not None else "",
+                              needs_tensors=True))
+    return out
+
+
 CHECKS = (_check_module_code, _check_unmatched, _check_pad, _check_inputs, _check_norm, _check_activation, _check_reduction,
-          _check_outputs, _check_replay, _check_precision, _check_noise, _check_arguments)
+          _check_outputs, _check_weight_stats, _check_replay, _check_precision, _check_noise, _check_arguments)
 
 
 # -------------------------------------------------------------------------------- entry
