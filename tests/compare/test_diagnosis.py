@@ -315,6 +315,19 @@ def test_statistics_dump_scale_is_supported_without_asserting(tmp_path):
     assert "constant_scale" in hyp and hyp["constant_scale"]["confidence"] < 0.8
 
 
+def test_statistics_dump_suspects_a_permuted_weight_without_asserting_it(tmp_path):
+    """A transposed weight keeps every statistic: with statistics only it is raised, marked
+    needs_tensors, and not asserted."""
+    x, w, b = _f32(RNG.standard_normal((4, 6))), _f32(RNG.standard_normal((6, 6))), _f32(RNG.standard_normal(6))
+
+    def build(d, side):
+        wt = w if side == "golden" else np.ascontiguousarray(w.T)
+        d.forward("Functional.linear.0.forward", [x, wt, b], [_linear(x, wt, b)])
+    r = _run(tmp_path, build, task="statistics")
+    top = _top(r)
+    assert top["cause"] == "transposed_weight" and top["needs_tensors"] and top["confidence"] < 0.8
+
+
 def test_a_clean_pair_gets_no_diagnosis(tmp_path):
     x = _f32(RNG.standard_normal((4, 6)))
 

@@ -13,6 +13,7 @@ import numpy as np
 from .patterns import rel_err
 
 FIT = 2e-4          # relative error under which a formula "reproduces" a float32 value
+SAMPLE = 1 << 16    # values a refit reads at most (a grid of ~100 eps x forms stays well under a second)
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 
@@ -48,6 +49,7 @@ def fit_activation(x: np.ndarray, y: np.ndarray, tol: float = FIT) -> Optional[T
     """The activation formula that maps `x` to `y` elementwise best, if one reproduces it."""
     if x.shape != y.shape or x.size == 0:
         return None
+    x, y = x.reshape(-1)[:SAMPLE], y.reshape(-1)[:SAMPLE]      # elementwise: a sample says as much
     best = None
     for name, f in ACTIVATIONS.items():
         with np.errstate(all="ignore"):
@@ -84,6 +86,15 @@ def _affine(n: np.ndarray, y: np.ndarray, w: Optional[np.ndarray], b: Optional[n
     return np.moveaxis(fit.reshape(np.moveaxis(y, feature, -1).shape), -1, feature)
 
 
+def _crop(a: np.ndarray, kind: str) -> np.ndarray:
+    """The leading rows of a large tensor (a layer or RMS norm normalises each row on its own;
+    a batch norm's statistics need the whole batch: kept whole)."""
+    if a.size <= SAMPLE or kind == "batch" or a.ndim < 2:
+        return a
+    rows = max(1, SAMPLE // int(np.prod(a.shape[1:])))
+    return a[:rows]
+
+
 def norm_forms(x: np.ndarray, kind: str) -> List[Tuple[str, Tuple[int, ...], bool, int]]:
     """Candidate (label, statistic axes, rms, feature axis) of a normalisation op of `kind`
     ("layer", "rms", "batch" or "" for unknown), the recorded form first, then other axes."""
@@ -109,6 +120,7 @@ def fit_norm(x: np.ndarray, y: np.ndarray, kind: str, w: Optional[np.ndarray], b
     relative error), or None when none reproduces it."""
     if x.shape != y.shape or x.size < 4:
         return None
+    x, y = _crop(x, kind), _crop(y, kind)
     grid = sorted(set(EPS_GRID) | {float(e) for e in extra_eps if isinstance(e, (int, float)) and e > 0})
     best = None
     for label, axes, rms, feature in norm_forms(x, kind):
@@ -125,6 +137,7 @@ def fit_norm(x: np.ndarray, y: np.ndarray, kind: str, w: Optional[np.ndarray], b
 def eps_range(x: np.ndarray, y: np.ndarray, form: str, kind: str, w, b, eps: float, tol: float) -> Tuple[float, float]:
     """The epsilons on the grid that reproduce `y` within `tol` in `form` (an eps much smaller
     than the variance cannot be told apart from 0): its smallest and largest."""
+    x, y = _crop(x, kind), _crop(y, kind)
     spec = next(f for f in norm_forms(x, kind) if f[0] == form)
     ok = [e for e in EPS_GRID if rel_err(_affine(_normalise(x, spec[1], spec[2], e), y, w, b, spec[3]), y) <= tol]
     return (min(ok), max(ok)) if ok else (eps, eps)
