@@ -205,7 +205,7 @@ def test_a_dropped_residual_is_named_with_the_value_left_out(tmp_path):
 
 
 def test_a_residual_add_in_golden_only_is_a_dropped_residual(tmp_path):
-    x, a = _f32(RNG.standard_normal((4, 6))), _f32(RNG.standard_normal((4, 6)))
+    x = _f32(RNG.standard_normal((4, 6)))
 
     def build(d, side):
         d.forward("Torch.tanh.0.forward", [x], [_f32(np.tanh(x))])

@@ -31,7 +31,7 @@ import numpy as np
 from ...dumpfmt import is_tensor_summary, parse_key
 from ..loader import INPUT, OUTPUT, PARAMETER
 from .argnames import arg_label, op_short
-from .patterns import (border_only, close, constant_ratio, difference_is, element_changes, permutation, rel_err,
+from .patterns import (border_only, constant_ratio, difference_is, element_changes, permutation, rel_err,
                        stats_ratio)
 from .refit import FIT, eps_range, fit_activation, fit_norm, reduction_axes, reduction_kind
 from .values import Values
@@ -506,7 +506,6 @@ def _check_precision(ctx: _Ctx) -> List[Hypothesis]:
                                       f"{r.arg} is {tdt} in target and {gdt} in golden; they differ by at most "
                                       f"{ulps:.1f} {low} ulp (rounding, not a wrong formula)"))
         elif low is not None:
-            gs, ts = ctx.values.stats("golden", r.role, r.arg), ctx.values.stats("target", r.role, r.arg)
             rel = r.error_measure
             if rel is not None and rel <= 4 * 2.0 ** -_LOW[low]:
                 out.append(Hypothesis("precision", f"precision: the values are {low} in one side", 0.7,

@@ -6,7 +6,7 @@ divergence need not be a bug in the target: a random or nondeterministic op make
 runs that self-comparison and hands its result here."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from .diagnosis import Hypothesis
 
