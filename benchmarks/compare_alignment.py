@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ts_core.compare import compare  # noqa: E402
-from ts_core.compare.matching import align  # noqa: E402
+from ts_core.compare.align.matching import align  # noqa: E402
 from ts_core.dumpfmt import reference_stats  # noqa: E402
 
 LAYER = ("layer_norm", "linear", "silu", "linear", "__add__")

@@ -18,7 +18,7 @@ import torch.nn as nn
 
 from ts_core import PrecisionDebugger
 from ts_core.compare import compare
-from ts_core.compare.tree import build_tree
+from ts_core.compare.report.tree import build_tree
 
 
 class Block(nn.Module):

@@ -194,8 +194,8 @@ def _add_merge(sub) -> None:
 
 
 def _run_merge(args: argparse.Namespace) -> int:
-    from ts_core.compare.merge import index_columns, merge_results, read_merge_config, write_merged
-    from ts_core.compare.text import terminal_text
+    from ts_core.compare.report.merge import index_columns, merge_results, read_merge_config, write_merged
+    from ts_core.compare.report.text import terminal_text
 
     folders = list(args.results) + ([args.input_dir] if args.input_dir else [])
     if not folders:
@@ -295,7 +295,7 @@ def _add_check_replicas(sub) -> None:
 
 
 def _run_check_replicas(args: argparse.Namespace) -> int:
-    from ts_core.compare.replicas import check_replicas, replicas_text
+    from ts_core.compare.explain.replicas import check_replicas, replicas_text
 
     report = check_replicas(args.dump, rtol=args.rtol)
     print(json.dumps(report, indent=2) if args.json else replicas_text(report))

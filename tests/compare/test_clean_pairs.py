@@ -25,7 +25,7 @@ from interop_model import one_step  # noqa: E402
 from port_steps import CONFIGS, torch_steps  # noqa: E402
 from ts_core import PrecisionDebugger  # noqa: E402
 from ts_core.compare import compare  # noqa: E402
-from ts_core.compare.dataflow import describe_call, never_pair  # noqa: E402
+from ts_core.compare.align.dataflow import describe_call, never_pair  # noqa: E402
 
 pytestmark = pytest.mark.slow
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -54,9 +54,9 @@ def _clean(golden: str, target: str, **kw):
 
 def _matched_api_calls(result):
     """(golden call, target call) of every matched single-call API pair, re-aligned from the dumps."""
-    from ts_core.compare.crossframework import is_cross, prepare
-    from ts_core.compare.engine import Options, align_calls
-    from ts_core.compare.loader import Dump, find_dumps, pair_units
+    from ts_core.compare.align.crossframework import is_cross, prepare
+    from ts_core.compare.pipeline import Options, align_calls
+    from ts_core.compare.load.loader import Dump, find_dumps, pair_units
 
     (gu, tu), = pair_units(find_dumps(result.golden), find_dumps(result.target))[0]
     gd, td = Dump(gu), Dump(tu)

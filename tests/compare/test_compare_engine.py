@@ -327,7 +327,7 @@ def test_unpicklable_normaliser_runs_in_process(tmp_path):
 
 
 def test_source_line_is_the_innermost_frame_outside_frameworks_and_tools():
-    from ts_core.compare.divergence import user_frame
+    from ts_core.compare.explain.divergence import user_frame
     frames = ["File /v/lib/python3.11/site-packages/torch/nn/functional.py, line 2900, in layer_norm, \n return x",
               "File /v/lib/python3.11/site-packages/msprobe/core/hook.py, line 5, in hook, \n y",
               "File /v/lib/python3.11/site-packages/transformers/models/gpt2/modeling_gpt2.py, line 400, in forward, "
@@ -342,8 +342,8 @@ def test_source_line_is_the_innermost_frame_outside_frameworks_and_tools():
 
 
 def test_html_keeps_every_failing_row_when_the_table_is_capped(tmp_path):
-    from ts_core.compare.html import _select_rows
-    from ts_core.compare.result import Row
+    from ts_core.compare.report.html import _select_rows
+    from ts_core.compare.model import Row
     rows = [Row(0, "rank", i, "forward", f"K.{i}", f"K.{i}", "output", "output.0", f"K.{i}.output.0", "tensor",
                 verdict="error" if i % 97 == 0 else "pass") for i in range(5000)]
     kept = _select_rows(rows, 300)

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from ts_core.compare.matching import align, default_normalise, forward_key, parse_key
+from ts_core.compare.align.matching import align, default_normalise, forward_key, parse_key
 
 
 @pytest.mark.parametrize("key,name,direction,kind,n", [
@@ -100,7 +100,7 @@ def _lcs_length(a, b):
 
 
 def test_myers_path_is_a_longest_common_subsequence():
-    from ts_core.compare.matching import _myers
+    from ts_core.compare.align.matching import _myers
     rnd = random.Random(3)
     for _ in range(200):
         a = [rnd.choice("abcd") for _ in range(rnd.randint(0, 30))]

@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from ts_core.compare.metrics import compare_arrays, compare_stats
-from ts_core.compare.verdict import (ERROR, PASS, WARNING, dtype_family, pick_tolerance, stats_verdict,
+from ts_core.compare.judge.metrics import compare_arrays, compare_stats
+from ts_core.compare.judge.verdict import (ERROR, PASS, WARNING, dtype_family, pick_tolerance, stats_verdict,
                                      tensor_verdict)
 
 

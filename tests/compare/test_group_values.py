@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ts_core import PrecisionDebugger  # noqa: E402
-from ts_core.compare.dataflow import Flow  # noqa: E402
-from ts_core.compare.loader import record_to_call  # noqa: E402
-from ts_core.compare.pairs import CallPair, merge, pair_values  # noqa: E402
+from ts_core.compare.align.dataflow import Flow  # noqa: E402
+from ts_core.compare.load.loader import record_to_call  # noqa: E402
+from ts_core.compare.align.pairs import CallPair, merge, pair_values  # noqa: E402
 from ts_core.dumpfmt import DUMP_JSON, OUTPUT  # noqa: E402
 from ts_core.dumpfmt.rankdir import read_header_and_data  # noqa: E402
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from ts_core import PrecisionDebugger  # noqa: E402
 from ts_core.compare import compare  # noqa: E402
-from ts_core.compare.masks import same_mask  # noqa: E402
+from ts_core.compare.judge.masks import same_mask  # noqa: E402
 
 
 class Attn(nn.Module):

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from ts_core.compare.metrics import _Accumulator
+from ts_core.compare.judge.metrics import _Accumulator
 
 
 def _both(g, t, rtol, atol):

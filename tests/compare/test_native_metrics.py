@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ts_core import native
-from ts_core.compare import metrics as M
+from ts_core.compare.judge import metrics as M
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="no C compiler: the native kernel is not built")
 

@@ -4,11 +4,11 @@ pairing was proposed: by names, a mapping, or the gap scores."""
 import numpy as np
 
 from compare_dumpgen import summary
-from ts_core.compare.dataflow import Facts, describe_call, never_pair
-from ts_core.compare.loader import record_to_call
-from ts_core.compare.matching import FORWARD
-from ts_core.compare.pairs import CallPair
-from ts_core.compare.refine import Side, refine
+from ts_core.compare.align.dataflow import Facts, describe_call, never_pair
+from ts_core.compare.load.loader import record_to_call
+from ts_core.compare.align.matching import FORWARD
+from ts_core.compare.align.pairs import CallPair
+from ts_core.compare.align.refine import Side, refine
 
 OUT = np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4)
 TARGET = np.full((4, 4), 0.25, np.float32)

@@ -13,8 +13,8 @@ import pytest
 
 from ts_core.compare import compare
 from ts_core.compare.errors import DumpFormatError
-from ts_core.compare.layouts import MERGED, SAME, SPLIT, build_view, data_shards, detect
-from ts_core.compare.verdict import ERROR
+from ts_core.compare.align.layouts import MERGED, SAME, SPLIT, build_view, data_shards, detect
+from ts_core.compare.judge.verdict import ERROR
 from ts_core.dumpfmt import reference_stats
 
 from tests.integrations._helpers import RECIPES, ROOT, free_port, python, run
@@ -315,7 +315,7 @@ def test_single_vs_tp_padded_vocab_is_faithful(dumps, tmp_path):
 
 @pytestmark_slow
 def test_check_replicas_names_the_parameter_a_rank_holds_apart(dumps):
-    from ts_core.compare.replicas import check_replicas
+    from ts_core.compare.explain.replicas import check_replicas
 
     faithful = check_replicas(dumps("tp"))          # replicated norms, Replicate() DTensors
     assert all(s["checked"] > 10 and s["mismatches"] == 0 and s["first"] is None for s in faithful["steps"])

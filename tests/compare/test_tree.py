@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ts_core.compare import compare  # noqa: E402
-from ts_core.compare.tree import build_tree  # noqa: E402
+from ts_core.compare.report.tree import build_tree  # noqa: E402
 
 from compare_models import dump_mix as dump  # noqa: E402
 

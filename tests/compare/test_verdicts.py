@@ -59,7 +59,7 @@ def test_first_divergence_names_both_calls_in_terminal_csv_summary_and_html(tmp_
 
 
 def test_a_call_only_in_target_shows_no_golden_call(tmp_path):
-    from ts_core.compare.result import FirstDivergence
+    from ts_core.compare.model import FirstDivergence
 
     fd = FirstDivergence("K.0.forward", "K.0.forward", "forward", "K.0.forward.output.0", "error", "", "", {}, [],
                          None, None, golden_key=None)

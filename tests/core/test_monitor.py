@@ -158,7 +158,7 @@ def test_forward_nan_caught_at_its_step_and_module(tmp_path, monkeypatch):
 
 
 def test_summary_names_the_first_nan_first(tmp_path, monkeypatch):
-    from ts_core.compare.summary import summarize, summary_text
+    from ts_core.compare.report.summary import summarize, summary_text
 
     monkeypatch.setenv("TSPROBE_QUIET", "1")
     torch.manual_seed(0)

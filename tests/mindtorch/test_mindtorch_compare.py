@@ -13,7 +13,7 @@ import os
 import pytest
 
 from ts_core.compare import compare
-from ts_core.compare.matching import default_normalise
+from ts_core.compare.align.matching import default_normalise
 
 from .jobs import STEPS, TOY_RUNS, toy_id
 

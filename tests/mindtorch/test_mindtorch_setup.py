@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ts_core.compare.crossframework import is_cross
+from ts_core.compare.align.crossframework import is_cross
 from ts_core.config import build_config
 from ts_core.errors import ConfigError
 

@@ -43,7 +43,7 @@ def test_msprobe_flags_give_what_the_positional_form_gives(tmp_path):
 def test_a_note_of_every_step_is_printed_once_and_only_warnings_say_warning():
     from types import SimpleNamespace
 
-    from ts_core.compare.text import _pair_messages
+    from ts_core.compare.report.text import _pair_messages
 
     note = "cross-framework compare (pytorch vs mindspore): calls paired through the torch<->MindSpore mapping"
     pairs = [SimpleNamespace(warnings=[note]), SimpleNamespace(warnings=[note]),

@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from ..backends._depth import internal
-from ..compare.divergence import user_frame
-from ..compare.loader import Dump
+from ..compare.explain.divergence import user_frame
+from ..compare.load.loader import Dump
 from ..dumpfmt import TensorFileError, find_dumps, is_tensor_summary, json_safe
 from .outcome import Outcome, ReplayError
 from .plan import CallPlan, TensorArg, build_plans, decode

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from ..compare.report import csv_value
+from ..compare.report.files import csv_value
 from ..dumpfmt import write_text_atomic
 from .check import DETAIL_COLUMNS, RESULT_COLUMNS, SKIP, AccCheckResult
 from .standards import ERROR, PASS, WARNING

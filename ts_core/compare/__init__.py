@@ -7,12 +7,12 @@ import types as _types
 
 from .api import compare, write_outputs
 from .errors import DumpFormatError, TensorFileError
-from .loader import Dump, DumpUnit, find_dumps
-from .matching import align, default_normalise, parse_key
-from .metrics import TensorMetrics, compare_arrays, compare_stats
-from .result import CompareResult, FirstDivergence, PairResult, Row
-from .summary import summarize, summary_text
-from .verdict import DEFAULT_TOLERANCES, Tolerance, pick_tolerance
+from .load.loader import Dump, DumpUnit, find_dumps
+from .align.matching import align, default_normalise, parse_key
+from .judge.metrics import TensorMetrics, compare_arrays, compare_stats
+from .model import CompareResult, FirstDivergence, PairResult, Row
+from .report.summary import summarize, summary_text
+from .judge.verdict import DEFAULT_TOLERANCES, Tolerance, pick_tolerance
 
 __all__ = [
     "compare", "summarize", "summary_text", "write_outputs",

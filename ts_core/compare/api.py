@@ -10,16 +10,16 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..dumpfmt import DumpUnit, rank_number, write_json_atomic
-from . import layouts
-from .engine import Options, compare_pair
+from .align import layouts
+from .pipeline import Options, compare_pair
 from .errors import DumpFormatError
-from .html import write_html
-from .loader import Dump, find_dumps, pair_units
-from .matching import default_normalise
-from .ranks import rank_summary, timeline
-from .report import terminal_text, write_csv, write_summary
-from .result import CompareResult, PairResult
-from .verdict import DEFAULT_TOLERANCES
+from .report.html import write_html
+from .load.loader import Dump, find_dumps, pair_units
+from .align.matching import default_normalise
+from .explain.ranks import rank_summary, timeline
+from .report.files import terminal_text, write_csv, write_summary
+from .model import CompareResult, PairResult
+from .judge.verdict import DEFAULT_TOLERANCES
 
 
 RANKS_JSON = "ranks.json"

@@ -15,9 +15,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..compare import crossframework
-from ..compare.matching import align
-from ..compare.metrics import compare_arrays
+from ..compare.align import crossframework
+from ..compare.align.matching import align
+from ..compare.judge.metrics import compare_arrays
 from ..dumpfmt import DUMP_JSON, parse_key
 from .npy_dir import compare_npy_dir, get_name_map_list_by_name
 from .layout import Translator, load_info

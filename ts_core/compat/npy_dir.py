@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..dumpfmt import DumpFormatError
-from ..compare.metrics import compare_arrays
+from ..compare.judge.metrics import compare_arrays
 
 
 @dataclass

@@ -113,7 +113,7 @@ def _short(v: Any, n: int = 60) -> str:
 def config_check(golden: "os.PathLike | str", target: "os.PathLike | str",
                  output_dir: "os.PathLike | str | None" = None, verbose: bool = True) -> ConfigCheckResult:
     """Compare the fingerprints of two runs, step/rank by step/rank (see the module doc)."""
-    from ..compare.loader import pair_units
+    from ..compare.load.loader import pair_units
 
     gs, ts = load_run(golden), load_run(target)
     pairs, lone_g, lone_t = pair_units(gs, ts)

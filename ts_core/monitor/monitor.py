@@ -303,7 +303,7 @@ def _first_nonfinite(path: str) -> Optional[Dict[str, Any]]:
     """The first NaN/Inf of the dump at `path`, as ``tsprobe summary`` names it (None when the
     dump holds none, or could not be written)."""
     from ..compare.errors import DumpFormatError
-    from ..compare.summary import summarize
+    from ..compare.report.summary import summarize
 
     try:
         items = summarize(path)

@@ -1,1 +1,2 @@
-"""Explaining a comparison: why the first divergence diverged (diagnosis)."""
+"""Explain: the call that introduced an error, which rank diverged first, replica consistency,
+and why the first divergence diverged (diagnosis)."""

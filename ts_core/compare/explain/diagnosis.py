@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...dumpfmt import is_tensor_summary, parse_key
-from ..loader import INPUT, OUTPUT, PARAMETER
+from ..load.loader import INPUT, OUTPUT, PARAMETER
 from .argnames import arg_label, op_short
 from .patterns import (border_only, constant_ratio, difference_is, element_changes, permutation, rel_err,
                        stats_ratio)
@@ -703,7 +703,7 @@ CHECKS = (_check_module_code, _check_unmatched, _check_pad, _check_inputs, _chec
 # -------------------------------------------------------------------------------- entry
 def find_pair(seqs: List[List[Any]], fd: Any) -> Tuple[Optional[Any], List[Any]]:
     """The call pair the first divergence names, and the pairs before it in execution order."""
-    from ..pairs import in_time_order
+    from ..align.pairs import in_time_order
 
     order = in_time_order(seqs)
     for i, cp in enumerate(order):

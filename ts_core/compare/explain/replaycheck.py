@@ -13,7 +13,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
-from ..loader import INPUT
+from ..load.loader import INPUT
 from .values import Values
 
 

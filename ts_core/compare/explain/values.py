@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..loader import INPUT, OUTPUT, PARAMETER, Dump, is_tensor_summary
+from ..load.loader import INPUT, OUTPUT, PARAMETER, Dump, is_tensor_summary
 
 SIDES = ("golden", "target")
 MAX_ELEMENTS = 1 << 20          # larger tensors are not read: fits on a million values say enough

@@ -29,13 +29,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from ..dumpfmt import FORWARD, PARAMETER, Entry, api_key, module_base, parse_key, split_module_name
-from ..dumpfmt.keys import JIT_PREFIX
-from .loader import Call
+from ...dumpfmt import FORWARD, PARAMETER, Entry, api_key, module_base, parse_key, split_module_name
+from ...dumpfmt.keys import JIT_PREFIX
+from ..load.loader import Call
 from .matching import align, default_normalise
 from .pairs import merge
 
-MAPPING_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+MAPPING_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                             "backends", "mindspore", "torch_mapping.yaml")
 TORCH, MINDSPORE = "pytorch", "mindspore"
 # mindtorch (torch's API on MindSpore, msprobe's MSAdapter scenario) records torch's vocabulary:

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any, List, Sequence
 
-from ..dumpfmt import json_safe
-from .result import CSV_COLUMNS, CompareResult, Row
+from ...dumpfmt import json_safe
+from ..model import CSV_COLUMNS, CompareResult, Row
 from .text import terminal_text
 
 __all__ = ["write_csv", "write_summary", "terminal_text"]

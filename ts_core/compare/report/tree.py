@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from ..dumpfmt import BACKWARD, FORWARD, OTHER, parse_key, read_construct
-from .result import PairResult, Row
-from .verdict import PASS, worse
+from ...dumpfmt import BACKWARD, FORWARD, OTHER, parse_key, read_construct
+from ..model import PairResult, Row
+from ..judge.verdict import PASS, worse
 
 _ROOTS = (FORWARD, BACKWARD, OTHER)
 

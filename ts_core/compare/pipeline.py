@@ -6,19 +6,19 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..dumpfmt import checksum_kind
-from .crossframework import is_cross, prepare
-from .dataflow import Facts
-from .divergence import find_first_divergence
+from .align.crossframework import is_cross, prepare
+from .align.dataflow import Facts
 from .explain.diagnosis import diagnose
+from .explain.divergence import find_first_divergence
 from .errors import TensorFileError
-from .loader import OUTPUT, PARAMETER, Call, Dump, DumpUnit, Entry, is_tensor_summary
-from .masks import encodings_differ, is_bool, same_mask, same_mask_stats
-from .matching import BACKWARD, FORWARD, OTHER, align, default_normalise
-from .metrics import STAT_NAMES, compare_arrays, compare_stats, has_stats
-from .pairs import CallPair, in_time_order, members, pair_values
-from .refine import Side, forward_partners, refine
-from .result import PairResult, Row, count_rows
-from .verdict import ERROR, PASS, WARNING, dtype_family, pick_tolerance, stats_verdict, tensor_verdict, values_equal, worse
+from .load.loader import OUTPUT, PARAMETER, Call, Dump, DumpUnit, Entry, is_tensor_summary
+from .judge.masks import encodings_differ, is_bool, same_mask, same_mask_stats
+from .align.matching import BACKWARD, FORWARD, OTHER, align, default_normalise
+from .judge.metrics import STAT_NAMES, compare_arrays, compare_stats, has_stats
+from .align.pairs import CallPair, in_time_order, members, pair_values
+from .align.refine import Side, forward_partners, refine
+from .model import PairResult, Row, count_rows
+from .judge.verdict import ERROR, PASS, WARNING, dtype_family, pick_tolerance, stats_verdict, tensor_verdict, values_equal, worse
 
 
 @dataclass

@@ -232,7 +232,7 @@ def _compare_native(g: np.ndarray, t: np.ndarray, rtol: float, atol: float, equa
     """The accumulator filled by the native kernel, or None (not float32/float64, not
     contiguous, or no kernel). Large pairs are split at chunk boundaries over threads (the
     kernel releases the GIL) and the parts merged in order, as the chunk walk would."""
-    from .. import native
+    from ... import native
 
     gc, tc = _NATIVE_CODES.get(g.dtype), _NATIVE_CODES.get(t.dtype)
     if gc is None or tc is None or not native.available() or not (g.flags.c_contiguous and t.flags.c_contiguous):

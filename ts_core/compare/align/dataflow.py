@@ -18,8 +18,8 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..dumpfmt import INPUT, OUTPUT, PARAMETER, Entry, is_tensor_summary, parse_key
-from .metrics import STAT_NAMES
+from ...dumpfmt import INPUT, OUTPUT, PARAMETER, Entry, is_tensor_summary, parse_key
+from ..judge.metrics import STAT_NAMES
 
 # What a call does to values, by the lower-cased op name (``reshape`` of ``Tensor.reshape``,
 # ``Primitive.reshape.Reshape``; ``to`` of ``Tensor.to``).

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from ..dumpfmt import BACKWARD, is_tensor_summary, parse_key
-from ..dumpfmt.records import flatten
+from ...dumpfmt import BACKWARD, is_tensor_summary, parse_key
+from ...dumpfmt.records import flatten
 
 _PROC = re.compile(r"^proc\d+$")
 _EXACT = ("int", "uint", "bool")

@@ -13,7 +13,7 @@ from typing import Optional
 
 import numpy as np
 
-from .dataflow import dtype_name, numel, precision
+from ..align.dataflow import dtype_name, numel, precision
 
 MASKED_BELOW = -1e4          # an additive mask's "not attended" entries are at most this
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..dumpfmt import DTENSOR, find_dumps, parse_key, rank_number, record_entries
-from .errors import DumpFormatError
+from ...dumpfmt import DTENSOR, find_dumps, parse_key, rank_number, record_entries
+from ..errors import DumpFormatError
 
 _STATS = ("Max", "Min", "Mean", "Norm")
 
@@ -86,7 +86,7 @@ def check_units(units: list, rtol: float = 0.0, where: str = "the dump") -> Dict
                 others = [next((x for x in entries if x.arg == e.arg), None) for entries in per_rank]
                 sub = None      # a DTensor on a sub-mesh (2-D job): replicas only within each sub-mesh group
                 if all(o is not None and o.is_tensor and DTENSOR in o.leaf for o in others):
-                    from .layouts import _submesh_groups
+                    from ..align.layouts import _submesh_groups
 
                     found = _submesh_groups([o.leaf for o in others])
                     sub = None if found is None else {i: gi for gi, grp in enumerate(found) for i in grp}

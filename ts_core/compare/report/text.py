@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, List
 
-from .verdict import ERROR, PASS, WARNING
+from ..judge.verdict import ERROR, PASS, WARNING
 
 
 def _fmt(v: Any, spec: str = ".4g") -> str:
@@ -56,7 +56,7 @@ def terminal_text(result: Any, max_rows: int = 12) -> str:
     if result.unpaired_golden or result.unpaired_target:
         lines.append(f"unpaired dumps: golden {result.unpaired_golden}, target {result.unpaired_target}")
     if getattr(result, "ranks", None) and result.ranks.get("steps"):
-        from .ranks import ranks_text     # ranks.py imports result.py, which imports this module
+        from ..explain.ranks import ranks_text     # ranks.py imports result.py, which imports this module
 
         lines.append(ranks_text(result.ranks))
     if result.report_path:

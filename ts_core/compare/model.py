@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
 from ..dumpfmt import json_safe as _clean
-from .text import terminal_text
-from .verdict import ERROR, PASS, WARNING
+from .report.text import terminal_text
+from .judge.verdict import ERROR, PASS, WARNING
 
 
 @dataclass

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..dumpfmt import parse_key, read_header_and_data, without_direction
-from .result import CompareResult, PairResult, Row
-from .verdict import ERROR, PASS, WARNING, worse
+from ...dumpfmt import parse_key, read_header_and_data, without_direction
+from ..model import CompareResult, PairResult, Row
+from ..judge.verdict import ERROR, PASS, WARNING, worse
 
 COLLECTIVE_PREFIXES = ("Distributed", "MintDistributed")
 

@@ -6,10 +6,10 @@ import math
 import os
 from typing import Any, Dict, List, Optional
 
-from ..dumpfmt import forward_key
-from .loader import Dump, find_dumps, is_tensor_summary
-from .matching import BACKWARD, FORWARD, OTHER
-from .metrics import STAT_NAMES, _num
+from ...dumpfmt import forward_key
+from ..load.loader import Dump, find_dumps, is_tensor_summary
+from ..align.matching import BACKWARD, FORWARD, OTHER
+from ..judge.metrics import STAT_NAMES, _num
 
 
 def _nonfinite(leaf: Any) -> Optional[str]:

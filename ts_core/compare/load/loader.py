@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..dumpfmt import (INPUT, DumpFormatError, OUTPUT, PARAMETER, TENSOR_DIR, DumpUnit, Entry, TensorFileError,
+from ...dumpfmt import (INPUT, DumpFormatError, OUTPUT, PARAMETER, TENSOR_DIR, DumpUnit, Entry, TensorFileError,
                        find_dumps, is_tensor_summary, parse_key, read_construct, read_header_and_data, read_json,
                        read_stacks, record_entries)
 from .autograd_order import reorder

@@ -14,10 +14,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..dumpfmt import DumpFormatError, read_json, write_text_atomic
-from .ranks import is_collective, rank_summary
-from .report import csv_value
-from .result import CSV_COLUMNS, CompareResult, FirstDivergence, PairResult, Row
+from ...dumpfmt import DumpFormatError, read_json, write_text_atomic
+from ..explain.ranks import is_collective, rank_summary
+from .files import csv_value
+from ..model import CSV_COLUMNS, CompareResult, FirstDivergence, PairResult, Row
 
 SUMMARY_JSON, COMPARE_CSV, MERGED_CSV = "summary.json", "compare.csv", "merged.csv"
 
@@ -192,8 +192,8 @@ def read_merge_config(path: "os.PathLike | str") -> Dict[str, List[str]]:
 
 def write_merged(result: CompareResult, out: "os.PathLike | str", apis=None, index=None, html: bool = True) -> None:
     """compare.csv, summary.json, ranks.json, report.html (as ``tsprobe compare -o``) and merged.csv."""
-    from .api import write_outputs
-    from .report import write_summary
+    from ..api import write_outputs
+    from .files import write_summary
 
     out = Path(out)
     table = merged_table(result, apis, index)        # bad index names fail before anything is written

@@ -28,12 +28,12 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Tuple
 
-from .dataflow import LOSSLESS, MOVE_OPS, Facts, Flow, fingerprint, precision, writes_in_place
-from .loader import INPUT, OUTPUT, PARAMETER, Dump, Entry, is_tensor_summary
-from .matching import FORWARD, forward_key
-from .pairs import CallPair, in_time_order, members
-from .result import FirstDivergence, Row
-from .verdict import ERROR, PASS
+from ..align.dataflow import LOSSLESS, MOVE_OPS, Facts, Flow, fingerprint, precision, writes_in_place
+from ..load.loader import INPUT, OUTPUT, PARAMETER, Dump, Entry, is_tensor_summary
+from ..align.matching import FORWARD, forward_key
+from ..align.pairs import CallPair, in_time_order, members
+from ..model import FirstDivergence, Row
+from ..judge.verdict import ERROR, PASS
 
 _FRAME = re.compile(r"File (?P<file>.+?), line (?P<line>\d+), in (?P<func>.+?),\s*(?P<code>.*)", re.S)
 # Frames that never are "the user's line": the frameworks, the dump tools, the standard library.

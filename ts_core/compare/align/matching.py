@@ -12,7 +12,7 @@ from bisect import bisect_left
 from difflib import SequenceMatcher
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from ..dumpfmt import BACKWARD, FORWARD, OTHER, KeyInfo, forward_key, parse_key
+from ...dumpfmt import BACKWARD, FORWARD, OTHER, KeyInfo, forward_key, parse_key
 
 Pair = Tuple[Optional[int], Optional[int]]
 __all__ = ["align", "default_normalise", "parse_key", "forward_key", "KeyInfo", "FORWARD", "BACKWARD", "OTHER"]

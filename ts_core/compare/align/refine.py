@@ -24,13 +24,13 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..dumpfmt import BACKWARD, FORWARD, INPUT, OUTPUT, forward_key
+from ...dumpfmt import BACKWARD, FORWARD, INPUT, OUTPUT, forward_key
 from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, MOVE_OPS, QUERY, CallInfo, Facts, Flow, fingerprint, never_pair, numel,
                        precision, roots, stats_distance, tensors)
-from .loader import Call
+from ..load.loader import Call
 from .matching import align, default_normalise
 from .pairs import CallPair, members, merge
-from .verdict import values_equal
+from ..judge.verdict import values_equal
 
 PAIR_MIN = 3                 # lowest score at which two calls of a gap pair
 DP_LIMIT = 40_000            # larger gaps are split on equal op names first

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..dumpfmt import DTENSOR, DumpUnit, is_tensor_summary, merge_shards, parse_key, rank_number
-from .errors import DumpFormatError
+from ...dumpfmt import DTENSOR, DumpUnit, is_tensor_summary, merge_shards, parse_key, rank_number
+from ..errors import DumpFormatError
 
 SAME, SPLIT = "same-batch", "split-batch"
 MERGED, OWN = "merged", "own"
@@ -127,7 +127,7 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
                     f"values scaled by 1/{scale} (each rank's loss averages its own shard); replicated values "
                     "(parameters, reduced gradients) compared rank by rank")
     text.append("  values: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
-    from .replicas import check_units, replicas_text
+    from ..explain.replicas import check_units, replicas_text
 
     replicas = check_units([u for us in t_steps.values() for u in us])
     text.extend("  replicas " + line for line in replicas_text(replicas).splitlines())
@@ -432,7 +432,7 @@ def _write_view(doc: dict, view: Dict[str, Any], unit: DumpUnit, out: Path) -> D
 # ---------------------------------------------------------------- the verdict, per rank
 
 def _merged_row(view_path: str, key: str, arg: str) -> bool:
-    from ..dumpfmt import record_entries
+    from ...dumpfmt import record_entries
 
     try:
         data = _load(Path(view_path))["data"]
@@ -449,7 +449,7 @@ def _merged_row(view_path: str, key: str, arg: str) -> bool:
 def attribute(result, view_side: int = 1) -> List[str]:
     """Lines naming, per step, the first divergence and the rank it belongs to: a rank whose
     first failing value is its own (not merged across ranks) and that comes first."""
-    from .verdict import ERROR
+    from ..judge.verdict import ERROR
 
     lines = []
     steps: Dict[Any, list] = {}

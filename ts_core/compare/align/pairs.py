@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..dumpfmt import FORWARD, INPUT, OUTPUT, PARAMETER, Entry, is_tensor_summary
+from ...dumpfmt import FORWARD, INPUT, OUTPUT, PARAMETER, Entry, is_tensor_summary
 from .dataflow import fingerprint, numel, precision, stats_distance
-from .loader import Call
-from .masks import is_bool
-from .result import Row
+from ..load.loader import Call
+from ..judge.masks import is_bool
+from ..model import Row
 
 ValuePair = Tuple[str, str, Optional[Entry], Optional[Entry], str]     # role, arg, golden, target, note
 

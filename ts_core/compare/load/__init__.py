@@ -1,0 +1,1 @@
+"""Load: find and read dumps (tsprobe or msprobe), msprobe backward records in tsprobe order."""
