@@ -134,6 +134,18 @@ def test_a_norm_eps_is_found_without_recorded_arguments(tmp_path):
     assert top["cause"] == "norm_eps"
 
 
+def test_an_epsilon_added_by_hand_is_named_from_the_constant_offset(tmp_path):
+    """``var + eps`` written out (an RMSNorm): the outputs differ by eps_t - eps_g everywhere."""
+    var = _f32(RNG.random((6, 1)) * 0.01)
+
+    def build(d, side):
+        e = 1e-6 if side == "golden" else 1e-4
+        d.forward("Tensor.__add__.0.forward", [var, e], [_f32(var + np.float32(e))])
+    top = _top(_run(tmp_path, build))
+    assert top["cause"] == "norm_eps"
+    assert "1e-06" in top["evidence"] and "0.0001" in top["evidence"]
+
+
 def test_a_gelu_approximation_is_told_from_the_exact_one(tmp_path):
     x = _f32(RNG.standard_normal((4, 32)) * 2)
 

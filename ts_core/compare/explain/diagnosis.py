@@ -292,6 +292,17 @@ def _check_outputs(ctx: _Ctx) -> List[Hypothesis]:
                                   f"of the {n} elements that differ (a missing or wrong scale factor, a loss "
                                   f"reduction sum vs mean)"))
             continue
+        offset = _constant_offset(g, t) if not ctx.in_fail else None
+        if offset is not None:
+            if ctx.short in ("add", "radd", "iadd", "sub", "rsub", "isub") and 0 < abs(offset) < 0.1:
+                out.append(Hypothesis("norm_eps", "a small added constant differs (a normalisation epsilon?)", 0.8,
+                                      f"target's {r.arg} = golden's {offset:+.6g} on every element, from the same "
+                                      f"inputs: {ctx.op} adds another constant (an epsilon added to a variance before "
+                                      f"its square root)" + _sep(ctx.quote(mark=False))))
+            else:
+                out.append(Hypothesis("constant_offset", "the output is shifted by a constant", 0.7,
+                                      f"target's {r.arg} = golden's {offset:+.6g} on every element"))
+            continue
         tol = (r.atol or 1e-5) + (r.rtol or 1e-4) * float(np.abs(g).max(initial=0))
         border = border_only(g, t, tol) if not ctx.in_fail else None
         if border is not None:
@@ -306,6 +317,18 @@ def _check_outputs(ctx: _Ctx) -> List[Hypothesis]:
             if res is not None:
                 out.append(_residual(res, f"{r.arg} of {ctx.fd.key}"))
     return out
+
+
+def _constant_offset(g: np.ndarray, t: np.ndarray) -> Optional[float]:
+    """target - golden, when it is one nonzero constant over every element (of at least two)."""
+    if g.shape != t.shape or g.size < 2:
+        return None
+    d = (t - g).reshape(-1)
+    d0 = float(np.median(d))
+    scale = max(float(np.abs(g).max()), float(np.abs(t).max()), 1e-30)
+    if d0 == 0 or abs(d0) < 1e-6 * scale:
+        return None
+    return d0 if np.allclose(d, d0, rtol=1e-3, atol=1e-7 * scale) else None
 
 
 def _sep(s: str) -> str:
