@@ -387,8 +387,9 @@ def _check_norm(ctx: _Ctx) -> List[Hypothesis]:
                            f"refitting the norm: golden's output is a {fg[0]} (rel err {fg[2]:.1e}), target's a "
                            f"{ft[0]} (rel err {ft[2]:.1e})" + _sep(ctx.quote("dim", "normalized_shape")))]
     xs = xt if xt is not None else xg
-    lo_g, hi_g = eps_range(xg, yg, fg[0], kind, w, b, fg[1], max(fg[2] * 3, FIT))
-    lo_t, hi_t = eps_range(xs, yt, ft[0], kind, w, b, ft[1], max(ft[2] * 3, FIT))
+    # an eps "fits" within a few times the best fit's error (float32 rounding): a tight range
+    lo_g, hi_g = eps_range(xg, yg, fg[0], kind, w, b, fg[1], max(fg[2] * 4, 1e-6))
+    lo_t, hi_t = eps_range(xs, yt, ft[0], kind, w, b, ft[1], max(ft[2] * 4, 1e-6))
     if hi_g < lo_t / 1.5 or hi_t < lo_g / 1.5:
         return [Hypothesis("norm_eps", "the normalisation epsilon differs", 0.95 if quoted else 0.9,
                            f"refitting the {fg[0]}: golden's output is reproduced with eps in [{lo_g:.1e}, "
@@ -614,6 +615,36 @@ def _wider_candidates(ctx: _Ctx, g: np.ndarray) -> List[Tuple[str, np.ndarray]]:
     return out
 
 
+def _residual_adds(call: Any) -> int:
+    """Adds of two tensors of one shape among a (merged) call's members: a residual's signature
+    (a bias add has a 1-D operand)."""
+    n = 0
+    for m in ((call.members or [call]) if call is not None else []):
+        name = parse_key(m.key).name.lower()
+        if "add" not in name.rsplit(".", 1)[-1]:
+            continue
+        shapes = [tuple(e.leaf.get("shape") or ()) for e in m.entries if e.role == INPUT and is_tensor_summary(e.leaf)]
+        n += len(shapes) >= 2 and shapes[0] == shapes[1]
+    return n
+
+
+def _check_group(ctx: _Ctx) -> List[Hypothesis]:
+    """Two different groups of calls paired as one (across frameworks, or a decomposition):
+    a residual add that one side's group holds and the other's does not."""
+    cp = ctx.cp
+    if cp.golden is None or cp.target is None or not (cp.golden.members or cp.target.members):
+        return []
+    ng, nt = _residual_adds(cp.golden), _residual_adds(cp.target)
+    if ng > nt:
+        return [Hypothesis("dropped_residual", "a residual (skip) addition is missing in target", 0.8,
+                           f"golden's calls {cp.golden.key} add two tensors of one shape {ng} time(s), target's "
+                           f"{cp.target.key} {nt}: target leaves a residual out")]
+    if nt > ng:
+        return [Hypothesis("dropped_residual", "target adds a value golden does not (an extra residual)", 0.7,
+                           f"target's calls {cp.target.key} add two tensors of one shape {nt} time(s), golden's {ng}")]
+    return []
+
+
 def _check_pad(ctx: _Ctx) -> List[Hypothesis]:
     if "pad" not in ctx.short:
         return []
@@ -719,7 +750,7 @@ def _check_weight_stats(ctx: _Ctx) -> List[Hypothesis]:
     return out
 
 
-CHECKS = (_check_module_code, _check_unmatched, _check_pad, _check_inputs, _check_norm, _check_activation, _check_reduction,
+CHECKS = (_check_module_code, _check_unmatched, _check_group, _check_pad, _check_inputs, _check_norm, _check_activation, _check_reduction,
           _check_outputs, _check_weight_stats, _check_replay, _check_precision, _check_noise, _check_arguments)
 
 
