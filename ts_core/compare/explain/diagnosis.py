@@ -783,7 +783,27 @@ def diagnose(fd: Any, seqs: List[List[Any]], gd: Any, td: Any) -> List[Hypothesi
         except Exception as e:         # one odd tensor must not cost the compare its result
             found.append(Hypothesis("unchecked", f"{check.__name__[7:]} not checked", 0.0,
                                     f"{type(e).__name__}: {e}"[:200]))
-    return rank(found)
+    return _capped_by_pairing(cp, rank(found))
+
+
+PAIRED_BY_FLOW = 0.75       # the most a cause gets when the pair itself was inferred
+
+
+def _capped_by_pairing(cp: Any, ranked: List[Hypothesis]) -> List[Hypothesis]:
+    """The same op with different call counters on the two sides was paired by data flow, not
+    by name: the cause rests on that pairing, so it is not asserted (a decomposition or an
+    extra call elsewhere can pair the wrong two calls; a clean loss written out by hand did)."""
+    if cp.golden is None or cp.target is None or cp.golden.members or cp.target.members:
+        return ranked
+    g, t = parse_key(cp.golden.key), parse_key(cp.target.key)
+    if g.name != t.name or g.counter == t.counter:
+        return ranked
+    for h in ranked:
+        if h.confidence > PAIRED_BY_FLOW:
+            h.confidence = PAIRED_BY_FLOW
+            h.evidence += (f" (golden's {cp.golden.key} was paired with target's {cp.target.key} by data flow: "
+                           f"check that pairing before trusting this)")
+    return ranked
 
 
 def rank(found: List[Hypothesis]) -> List[Hypothesis]:
