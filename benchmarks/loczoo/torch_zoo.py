@@ -869,7 +869,7 @@ _family(Family(
            "perturbed_weight": P("router", LIN, param=True),
            "bf16_op": P("router", (LIN, "downcast")),
            "dropped_residual": P("", "add"),
-           "perturbed_input": P(("", "router"), LIN, param=True),
+           "perturbed_input": P(("", "router"), (LIN, "Tensor.reshape"), param=True),   # x.reshape consumes it first
            **CLEAN("same", "noop", "decomp", "reorder")},
     edits={"perturbed_weight": WeightEdit("router.weight", "perturb")},
     ms_variants=("clean_port", "wrong_axis", "missing_scale", "swapped_operands", "off_by_one",
