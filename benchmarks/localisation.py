@@ -8,6 +8,10 @@ and, for torch<->torch, an optimizer step) are dumped with PrecisionDebugger, co
 bug was put (``loczoo/torch_zoo.py``: module path and op names, written by hand). Clean pairs
 (same program twice, inserted no-op calls, other decompositions, re-ordered ops, float noise,
 a faithful MindSpore port) count a false alarm for any first divergence or an "error" verdict.
+The diagnosis of each first divergence (``result.diagnosis``) is scored too: top-1 and top-3
+cause accuracy per bug kind (``spec.EXPECTED_CAUSE``), and clean pairs given a cause with high
+confidence. The nondeterministic kind compares two runs of one program, with a third as
+``golden_rerun``.
 
     python benchmarks/localisation.py [--levels L0,L1,mix] [--pairs torch-torch,torch-ms]
         [--families mlp,gpt_block] [--bugs wrong_eps,clean] [--task tensor|statistics|tensor,statistics]
@@ -95,6 +99,10 @@ def main(argv=None) -> int:
     print(report.cause_counts(outcomes))
     print("\nMisses and false alarms:")
     print(report.misses(outcomes))
+    print("\nDiagnosis: cause named for each bug kind (compare/explain/diagnosis.py):")
+    print(report.cause_table(outcomes))
+    print("\nWrong first cause:")
+    print(report.cause_misses(outcomes))
     if args.out:
         report.write_json(args.out, outcomes, {k: v for k, v in vars(args).items()}, seconds)
         print(f"\nresults: {args.out}")

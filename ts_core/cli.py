@@ -50,6 +50,10 @@ def _add_compare(sub) -> None:
                         "target ranks to compare, e.g. 0,1 (default: decided from the data); N ranks against "
                         "M of another layout (DDP vs TP, 2 vs 4 ranks): both reduced to the global view, "
                         "'global' forces that for two N-rank dumps of one layout")
+    p.add_argument("--golden-rerun", metavar="DUMP",
+                   help="a second dump of golden (the same program run again): the diagnosis then says whether "
+                        "the first divergence is nondeterminism (golden differs from itself)")
+    p.add_argument("--target-rerun", metavar="DUMP", help="a second dump of target, likewise")
     p.set_defaults(func=_run_compare)
 
 
@@ -84,7 +88,9 @@ def _run_compare(args: argparse.Namespace) -> int:
                      stats_only=args.stats_only, equal_nan=not args.nan_differs, workers=args.workers,
                      html=not args.no_html, verbose=not args.json, rank_map=args.rank_map,
                      stats_first=args.stats_first, executor=args.executor, scheduler=args.scheduler,
-                     scheduler_file=args.scheduler_file, chunks=args.chunks)
+                     scheduler_file=args.scheduler_file, chunks=args.chunks,
+
+                     golden_rerun=args.golden_rerun, target_rerun=args.target_rerun)
     if args.json:
         print(json.dumps(result.summary(), indent=2))
     if result.different_programs:          # nothing meaningful was compared: never a success

@@ -144,6 +144,66 @@ def cause_counts(outcomes) -> str:
     return "\n".join(lines) if lines else "(none)"
 
 
+def cause_rows(outcomes) -> List[Dict]:
+    """Per bug kind with an expected cause: how often the diagnosis names it first / in its top 3
+    (over every case of the kind, localised or not), and the same over the cases named at the
+    right place; then the clean pairs given a high-confidence cause."""
+    from .spec import EXPECTED_CAUSE
+
+    by = defaultdict(list)
+    for o in outcomes:
+        if not o.case.clean and o.case.variant in EXPECTED_CAUSE:
+            by[o.case.variant].append(o)
+    rows = []
+    for kind in sorted(by):
+        os_ = by[kind]
+        placed = [o for o in os_ if o.score.get("ok")]
+        rows.append({"kind": kind, "cause": "|".join(EXPECTED_CAUSE[kind]), "cases": len(os_),
+                     "top1": sum(1 for o in os_ if o.cause.get("top1")),
+                     "top3": sum(1 for o in os_ if o.cause.get("top3")),
+                     "placed": len(placed), "placed_top1": sum(1 for o in placed if o.cause.get("top1"))})
+    return rows
+
+
+def cause_table(outcomes) -> str:
+    rows = cause_rows(outcomes)
+    head = (f"{'bug kind':22s} {'expected cause':18s} {'cases':>5s}  {'top-1':14s} {'top-3':14s} "
+            f"{'top-1 where localised':22s}")
+    lines = [head, "-" * len(head)]
+    tot = [0, 0, 0, 0, 0]
+    for r in rows:
+        lines.append(f"{r['kind']:22s} {r['cause']:18s} {r['cases']:5d}  {_frac(r['top1'], r['cases']):14s} "
+                     f"{_frac(r['top3'], r['cases']):14s} {_frac(r['placed_top1'], r['placed']):22s}")
+        for i, k in enumerate(("cases", "top1", "top3", "placed", "placed_top1")):
+            tot[i] += r[k]
+    lines.append(f"{'all of the above':22s} {'':18s} {tot[0]:5d}  {_frac(tot[1], tot[0]):14s} "
+                 f"{_frac(tot[2], tot[0]):14s} {_frac(tot[4], tot[3]):22s}")
+    clean = [o for o in outcomes if o.case.clean]
+    high = [o for o in clean if o.cause.get("high_confidence")]
+    lines.append(f"clean pairs given a cause with confidence >= 0.8: {_frac(len(high), len(clean))}"
+                 + (f" ({', '.join(o.case.id for o in high[:5])})" if high else ""))
+    other = [o for o in outcomes if not o.case.clean and o.cause.get("top1") is None and not o.error]
+    if other:
+        firsts = defaultdict(lambda: defaultdict(int))
+        for o in other:
+            firsts[o.case.variant][(o.cause.get("named") or ["-"])[0]] += 1
+        lines.append("kinds without an expected cause, their first cause: " + "; ".join(
+            f"{k}: " + ", ".join(f"{c} {n}" for c, n in sorted(v.items(), key=lambda x: -x[1])) for k, v in sorted(firsts.items())))
+    return "\n".join(lines)
+
+
+def cause_misses(outcomes) -> str:
+    lines = []
+    for o in outcomes:
+        if o.case.clean or o.cause.get("top1") is not False:
+            continue
+        fd = o.first_divergence
+        lines.append(f"- {o.case.id}: expected {'|'.join(o.cause.get('expected') or [])}, named "
+                     f"{', '.join(o.cause.get('named') or []) or 'nothing'} (at {fd.get('key') if fd else 'no divergence'}"
+                     f"{'' if o.score.get('ok') else ', wrong place'})")
+    return "\n".join(lines) if lines else "(none)"
+
+
 def write_json(path: str, outcomes, options: Dict, seconds: float) -> None:
     from ts_core.dumpfmt import json_safe, write_json_atomic
 
@@ -152,5 +212,6 @@ def write_json(path: str, outcomes, options: Dict, seconds: float) -> None:
         d = o.to_dict()
         d["miss_cause"] = None if o.score.get("ok") else miss_cause(o)
         cases.append(d)
-    doc = {"options": options, "seconds": round(seconds, 1), "table": summary_rows(outcomes), "cases": cases}
+    doc = {"options": options, "seconds": round(seconds, 1), "table": summary_rows(outcomes),
+           "causes": cause_rows(outcomes), "cases": cases}
     write_json_atomic(path, json_safe(doc))

@@ -20,8 +20,10 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .arrays import effect
-from .score import score
+from .score import score, score_cause
 from .spec import LEVELS, Case
+
+RERUN_KINDS = ("nondeterministic",)     # compared with a rerun of golden (compare's golden_rerun)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
@@ -57,6 +59,8 @@ class Outcome:
     effect: Dict = field(default_factory=dict)
     seconds: Dict = field(default_factory=dict)
     error: str = ""
+    diagnosis: List[Dict] = field(default_factory=list)
+    cause: Dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         c = self.case
@@ -65,7 +69,8 @@ class Outcome:
         return {"id": c.id, "pair": c.pair, "family": c.family, "variant": c.variant, "level": c.level,
                 "task": c.task, "clean": c.clean, "expected": place, "score": self.score,
                 "first_divergence": self.first_divergence, "note": self.note, "counts": self.counts,
-                "effect": self.effect, "seconds": self.seconds, "error": self.error}
+                "effect": self.effect, "seconds": self.seconds, "error": self.error,
+                "diagnosis": self.diagnosis, "cause": self.cause}
 
 
 def _selected(name: str, wanted: Optional[Tuple[str, ...]]) -> bool:
@@ -112,12 +117,15 @@ class Runner:
             self.states[family] = golden_state(FAMILIES[family])
         return self.states[family]
 
-    def torch_dump(self, family: str, variant: str, level: str, task: str, optimizer: str) -> Tuple[str, Dict]:
-        key = ("torch", family, variant, level, task, optimizer)
+    def torch_dump(self, family: str, variant: str, level: str, task: str, optimizer: str,
+                   run_tag: str = "") -> Tuple[str, Dict]:
+        """One dump of a program; `run_tag` names another run of the same program (a
+        nondeterministic one differs run to run)."""
+        key = ("torch", family, variant, level, task, optimizer, run_tag)
         if key not in self.dumps:
             from .torch_run import run
             from .torch_zoo import FAMILIES
-            path = os.path.join(self.opts.workdir, "torch", family, variant, f"{level}_{task}_{optimizer}")
+            path = os.path.join(self.opts.workdir, "torch", family, variant, f"{level}_{task}_{optimizer}{run_tag}")
             self.dumps[key] = run(family, variant, level, task, path, optimizer,
                                   FAMILIES[family].edits.get(variant), self._state(family))
         return self.dumps[key]
@@ -189,6 +197,9 @@ class Runner:
 
     def _sides(self, c: Case, level: str):
         opt = self.opts.optimizer if c.pair == "torch-torch" else "none"
+        if c.variant in RERUN_KINDS:        # golden is the same program: two runs of it, the target a third
+            return (self.torch_dump(c.family, c.variant, level, c.task, opt, "_golden"),
+                    self.torch_dump(c.family, c.variant, level, c.task, opt, "_target"))
         golden = self.torch_dump(c.family, "clean_same", level, c.task, opt)
         if c.pair == "torch-torch":
             target = self.torch_dump(c.family, c.variant, level, c.task, opt)
@@ -215,7 +226,11 @@ class Runner:
             o.effect = effect(g_sig, t_sig)
             t = time.perf_counter()
             out = os.path.join(self.opts.workdir, "compare", c.id.replace("/", "__"))
-            result = compare(g_dir, t_dir, out, verbose=False, html=False)
+            rerun = None
+            if c.variant in RERUN_KINDS:
+                rerun = self.torch_dump(c.family, c.variant, c.level, c.task,
+                                        self.opts.optimizer if c.pair == "torch-torch" else "none", "_rerun")[0]
+            result = compare(g_dir, t_dir, out, verbose=False, html=False, golden_rerun=rerun)
             o.seconds["compare"] = round(time.perf_counter() - t, 3)
             fd = result.first_divergence
             o.first_divergence = fd.to_dict() if fd is not None else None
@@ -224,6 +239,8 @@ class Runner:
             o.counts = summary.get("counts", {})
             o.score = score(c, fd, result.verdict, *parents)
             o.score["order"] = _order_of(g_dir, t_dir, fd)
+            o.diagnosis = result.diagnosis
+            o.cause = score_cause(c, o.diagnosis)
         except Exception as e:   # a crash is a result too: counted as a miss / false alarm, listed
             o.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"
             o.score = {"ok": False, "false_alarm": c.clean, "module_ok": None if c.level == "L1" else False,

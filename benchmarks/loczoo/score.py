@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional
 
 from ts_core.dumpfmt import parse_key
 
-from .spec import Case, Place, op_matches
+from .spec import EXPECTED_CAUSE, HIGH_CONFIDENCE, Case, Place, op_matches
 
 ROOT = "net"
 
@@ -117,3 +117,19 @@ def score(case: Case, fd: Any, verdict: str, golden_parents: Optional[Dict[str, 
               "module_ok": module_ok if records_modules else None, "op_ok": op_ok if records_ops else None}
     result["ok"] = all(v for v in (result["module_ok"], result["op_ok"]) if v is not None)
     return result
+
+
+def score_cause(case: Case, diagnosis: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The diagnosis against the cause the bug kind should be given: ``top1``/``top3`` (the
+    expected cause first / among the first three with a confidence > 0; None for a kind without
+    an expected cause), and for a clean pair ``high_confidence`` (a cause asserted at or above
+    HIGH_CONFIDENCE, which must not happen)."""
+    named = [h for h in diagnosis if h.get("confidence", 0) > 0]
+    causes = [h["cause"] for h in named]
+    high = [h["cause"] for h in named if h["confidence"] >= HIGH_CONFIDENCE]
+    if case.clean:
+        return {"named": causes[:3], "high_confidence": bool(high), "top1": None, "top3": None}
+    want = EXPECTED_CAUSE.get(case.variant)
+    return {"named": causes[:3], "expected": list(want) if want else None, "high_confidence": bool(high),
+            "top1": (bool(causes) and causes[0] in want) if want else None,
+            "top3": any(c in want for c in causes[:3]) if want else None}

@@ -36,7 +36,32 @@ BUG_KINDS: Dict[str, str] = {
     "custom_backward": "a custom autograd backward that computes the wrong gradient",
     "bf16_op": "one op run in bfloat16 (autocast / a cast) while the rest is float32",
     "off_by_one": "an index, position or mask boundary off by one",
+    "wrong_reduction": "a loss reduced by sum where mean was meant (a constant factor)",
+    "silu_approx": "hard SiLU (hardswish) where SiLU was meant",
+    "perturbed_input": "one model input element changed (a data pipeline difference)",
+    "nondeterministic": "a random op (dropout) not seeded alike: golden differs from its own rerun",
 }
+# The cause the diagnosis (compare/explain/diagnosis.py) should name first for a bug kind; kinds
+# not listed have no cause hypothesis of their own (their diagnosis is reported, not scored).
+EXPECTED_CAUSE: Dict[str, Tuple[str, ...]] = {
+    "transposed_weight": ("transposed_weight",),
+    "perturbed_weight": ("parameter_differs",),
+    "cancelled_weight_row": ("parameter_differs",),
+    "wrong_eps": ("norm_eps",),
+    "missing_scale": ("constant_scale",),
+    "wrong_scale": ("constant_scale",),
+    "wrong_reduction": ("constant_scale",),
+    "gelu_tanh": ("activation_approx",),
+    "silu_approx": ("activation_approx",),
+    "padding_mode": ("padding_border",),
+    "wrong_axis": ("reduction_axis",),
+    "dropped_residual": ("dropped_residual",),
+    "bf16_op": ("precision",),
+    "perturbed_input": ("input_differs",),
+    "nondeterministic": ("nondeterminism",),
+}
+HIGH_CONFIDENCE = 0.8      # a clean pair must get no cause at or above this
+
 CLEAN_KINDS: Dict[str, str] = {
     "same": "the same program run twice",
     "noop": "extra no-op calls (.contiguous(), .view(), .clone(), .float() on float32)",
@@ -63,7 +88,11 @@ OP_CONCEPTS: Dict[str, Tuple[str, ...]] = {
     "pad": ("Functional.pad", "Torch.constant_pad_nd", "MintFunctional.pad", "Primitive.*.Pad*",
             "Primitive.*.MirrorPad", "Primitive.*.ReflectionPad*", "Primitive.*.ReplicationPad*"),
     "gelu": ("Functional.gelu", "MintFunctional.gelu", "Primitive.*.GeLU", "Primitive.*.FastGeLU", "Functional.fast_gelu"),
-    "silu": ("Functional.silu", "MintFunctional.silu", "Primitive.*.SiLU"),
+    "silu": ("Functional.silu", "MintFunctional.silu", "Primitive.*.SiLU", "Functional.hardswish",
+             "MintFunctional.hardswish", "Primitive.*.HSwish"),
+    "dropout": ("Functional.dropout", "Torch.dropout", "MintFunctional.dropout", "Primitive.*.Dropout*"),
+    "loss": ("Functional.mse_loss", "Functional.cross_entropy", "Functional.smooth_l1_loss", "Functional.kl_div",
+             "Functional.nll_loss", "Functional.log_softmax"),
     "sigmoid": ("Torch.sigmoid", "Tensor.sigmoid", "Functional.sigmoid", "Mint.sigmoid", "Primitive.*.Sigmoid"),
     "tanh": ("Torch.tanh", "Tensor.tanh", "Functional.tanh", "Mint.tanh", "Primitive.*.Tanh"),
     "relu": ("Torch.relu", "Tensor.relu", "Functional.relu", "Functional.relu_", "Torch.relu_", "Tensor.relu_",

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from .spec import WeightEdit
 from .torch_zoo import FAMILIES, Family
-from .arrays import apply_edit, mse_target
+from .arrays import apply_edit, edit_array, mse_target
 
 GOLDEN = "clean_same"
 
@@ -85,7 +85,10 @@ def run(family_name: str, variant: str, level: str, task: str, dump_path: str, o
     state = state if state is not None else golden_state(family)
     net = build(family, variant, state, edit)
     model = Harness(net)
-    inputs = [torch.from_numpy(a) for a in family.inputs()]
+    arrays = list(family.inputs())
+    if variant == "perturbed_input":          # one element of the first model input changed
+        arrays[0] = edit_array(arrays[0], "perturb")
+    inputs = [torch.from_numpy(a) for a in arrays]
     opt = make_optimizer(optimizer, model)
     sig = {f"param:{k}": v.detach().numpy().copy() for k, v in net.state_dict().items()}
     dbg = PrecisionDebugger(dump_path=dump_path, task=task, level=level, step=[0], framework="pytorch")

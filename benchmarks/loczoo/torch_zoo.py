@@ -12,6 +12,7 @@ Sizes are tiny (batch 2, 5 tokens, width 16) so that a dump takes well under a s
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple
 
@@ -32,6 +33,20 @@ def noop(x: torch.Tensor, v: str) -> torch.Tensor:
     if v == "clean_noop":
         return x.contiguous().view(x.shape).clone().float()
     return x
+
+
+def dropout(x: torch.Tensor, v: str) -> torch.Tensor:
+    """The nondeterministic variant: a dropout whose random stream is seeded differently every run
+    (as an unseeded data loader worker or a nondeterministic kernel would); else nothing."""
+    if v != "nondeterministic":
+        return x
+    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
+    return F.dropout(x, p=0.2, training=True)
+
+
+def silu(x: torch.Tensor, v: str) -> torch.Tensor:
+    """SiLU, or hard SiLU (hardswish) for the silu_approx bug."""
+    return F.hardswish(x) if v == "silu_approx" else F.silu(x)
 
 
 class autocast_bf16:
@@ -101,7 +116,7 @@ class MLP(nn.Module):
         self.fc3 = nn.Linear(D, 4)
 
     def forward(self, x):
-        h = noop(self.act(self.fc1(x)), self.v)
+        h = dropout(noop(self.act(self.fc1(x)), self.v), self.v)
         with autocast_bf16(self.v == "bf16_op"):
             r = self.fc2(h)
         r = self.act2(r.float())
@@ -137,9 +152,10 @@ class CustomSwish(nn.Module):
     def __init__(self, v: str):
         super().__init__()
         self.wrong = v == "custom_backward"
+        self.hard = v == "silu_approx"
 
     def forward(self, x):
-        return _SwishFn.apply(x, self.wrong)
+        return F.hardswish(x) if self.hard else _SwishFn.apply(x, self.wrong)
 
 
 class CNN(nn.Module):
@@ -158,7 +174,7 @@ class CNN(nn.Module):
     def forward(self, x):
         h = self.bn1(self.conv1(x))
         h = h.clamp(min=0) if self.v == "clean_decomp" else F.relu(h)
-        h = noop(h, self.v)
+        h = dropout(noop(h, self.v), self.v)
         h = self.act2(self.bn2(self.conv2(h)))
         if self.v == "wrong_axis":
             pooled = h.mean((1, 3))
@@ -202,7 +218,7 @@ class CausalSelfAttention(nn.Module):
                 att = (q @ k.transpose(-2, -1)) * scale
             mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=2 if v == "off_by_one" else 1)
             att = att.masked_fill(mask, -1e9)
-            att = F.softmax(att, dim=-2 if v == "wrong_axis" else -1)
+            att = dropout(F.softmax(att, dim=-2 if v == "wrong_axis" else -1), v)
             y = att @ val
         y = y.transpose(1, 2).contiguous().view(b, t, d)
         return self.c_proj(y)
@@ -367,8 +383,8 @@ class SwiGLU(nn.Module):
             with autocast_bf16(v == "bf16_op"):
                 up = self.up_proj(x)
             up = up.float()
-        act = gate * torch.sigmoid(gate) if v == "clean_decomp_silu" else F.silu(gate)
-        return self.down_proj(act * up)
+        act = gate * torch.sigmoid(gate) if v == "clean_decomp_silu" else silu(gate, v)
+        return self.down_proj(dropout(act, v) * up)
 
 
 class LlamaBlock(nn.Module):
@@ -407,7 +423,7 @@ class EncAttention(nn.Module):
             att = att + pad[:, None, None, :].float() * -1e9
         else:
             att = att.masked_fill(pad[:, None, None, :], -1e9)
-        att = F.softmax(att, dim=-2 if v == "wrong_axis" else -1)
+        att = dropout(F.softmax(att, dim=-2 if v == "wrong_axis" else -1), v)
         y = (att @ val).transpose(1, 2).reshape(b, t, D)
         return self.o(noop(y, v))
 
@@ -614,7 +630,8 @@ class LossNet(nn.Module):
     def forward(self, x, y):
         o = self.fc(x)
         loss = _loss_by_hand if self.v == "clean_decomp" else _loss_fn
-        parts = tuple(loss(self.kind, o, y, r) for r in _reductions(self.kind))
+        wrong = {"mean": "sum"} if self.v == "wrong_reduction" else {}    # a sum where a mean was meant
+        parts = tuple(loss(self.kind, o, y, wrong.get(r, r)) for r in _reductions(self.kind))
         total = parts[0]
         for part in parts[1:]:
             total = total + (part if part.dim() == 0 else part.mean())
@@ -721,6 +738,8 @@ _family(Family(
            "bf16_op": P("fc2", (LIN, "downcast")),
            "dropped_residual": P("", "add"),
            "custom_backward": P("act2", ("mul", "sub"), direction="backward"),
+           "nondeterministic": P("", "dropout"),
+           "perturbed_input": P(("", "fc1"), LIN, param=True),
            **CLEAN("same", "noop", "decomp", "noise")},
     edits={"transposed_weight": WeightEdit("fc2.weight", "transpose"),
            "perturbed_weight": WeightEdit("fc1.weight", "perturb")},
@@ -736,6 +755,9 @@ _family(Family(
            "padding_mode": P("conv1", ("pad", "conv")),
            "wrong_axis": P("", "mean"),
            "custom_backward": P("act2", ("mul", "sub", "add"), direction="backward"),
+           "silu_approx": P("act2", ("silu", "sigmoid", "mul")),
+           "nondeterministic": P("", "dropout"),
+           "perturbed_input": P(("", "conv1"), "conv", param=True),
            **CLEAN("same", "noop", "decomp", "noise")},
     edits={"transposed_weight": WeightEdit("conv2.weight", "transpose"),
            "perturbed_weight": WeightEdit("conv1.weight", "perturb")},
@@ -759,6 +781,8 @@ _family(Family(
            "swapped_operands": P("attn", "matmul"),
            "off_by_one": P("attn", "mask"),
            "bf16_op": P("mlp.c_fc", (LIN, "downcast")),
+           "nondeterministic": P("attn", "dropout"),
+           "perturbed_input": P(("", "ln_1"), "layer_norm", param=True),
            **CLEAN("same", "noop", "decomp", "noise", "reorder")},
     edits={"transposed_weight": WeightEdit("attn.c_proj.weight", "transpose"),
            "cancelled_weight_row": WeightEdit("mlp.c_fc.weight", "cancel_row")},
@@ -794,6 +818,9 @@ _family(Family(
            "perturbed_weight": P("mlp.down_proj", LIN, param=True),
            "bf16_op": P("mlp.up_proj", (LIN, "downcast")),
            "dropped_residual": P("", "add"),
+           "silu_approx": P("mlp", "silu"),
+           "nondeterministic": P("mlp", "dropout"),
+           "perturbed_input": P(("", "input_layernorm"), ("pow", "mul", "add"), param=True),
            **CLEAN("same", "noop", "decomp", "decomp_silu", "reorder")},
     edits={"transposed_weight": WeightEdit("self_attn.o_proj.weight", "transpose"),
            "perturbed_weight": WeightEdit("mlp.down_proj.weight", "perturb")},
@@ -812,6 +839,8 @@ _family(Family(
            "dropped_residual": P("layer", "add"),
            "swapped_operands": P("layer.attn", "matmul"),
            "gelu_tanh": P("layer.act", "gelu"),
+           "nondeterministic": P("layer.attn", "dropout"),
+           "perturbed_input": P(("", "layer", "layer.attn", "layer.attn.q"), LIN, param=True),
            **CLEAN("same", "noop", "decomp")},
     edits={"transposed_weight": WeightEdit("layer.attn.o.weight", "transpose"),
            "cancelled_weight_row": WeightEdit("layer.ff1.weight", "cancel_row")},
@@ -825,6 +854,7 @@ _family(Family(
            "transposed_weight": P("up", "conv", param=True),
            "perturbed_weight": P("conv_in", "conv", param=True),
            "off_by_one": P("", "index"),
+           "perturbed_input": P(("", "conv_in"), "conv", param=True),
            **CLEAN("same", "noop", "decomp")},
     edits={"transposed_weight": WeightEdit("up.weight", "transpose"),
            "perturbed_weight": WeightEdit("conv_in.weight", "perturb")},
@@ -839,6 +869,7 @@ _family(Family(
            "perturbed_weight": P("router", LIN, param=True),
            "bf16_op": P("router", (LIN, "downcast")),
            "dropped_residual": P("", "add"),
+           "perturbed_input": P(("", "router"), (LIN, "Tensor.reshape"), param=True),   # x.reshape consumes it first
            **CLEAN("same", "noop", "decomp", "reorder")},
     edits={"perturbed_weight": WeightEdit("router.weight", "perturb")},
     ms_variants=("clean_port", "wrong_axis", "missing_scale", "swapped_operands", "off_by_one",
@@ -851,6 +882,7 @@ _family(Family(
            "transposed_weight": P("lstm", "lstm", param=True),
            "perturbed_weight": P("gru", "gru", param=True),
            "dropped_residual": P("", "add"),
+           "perturbed_input": P(("", "lstm"), "lstm", param=True),
            **CLEAN("same", "noop")},
     edits={"transposed_weight": WeightEdit("lstm.weight_hh_l0", "swap_blocks"),
            "perturbed_weight": WeightEdit("gru.weight_ih_l0", "perturb")},
@@ -901,7 +933,7 @@ for _kind in LOSSES:
         f"loss_{_kind}", lambda v, k=_kind: LossNet(k, v),
         (lambda k=_kind: (_randn((4, 8), 23), np.array([0, 2, 1, 4], dtype=np.int64) if k == "ce"
                           else _randn((4, 5), 24))),
-        cases={**CLEAN("same", "decomp")},
+        cases={"wrong_reduction": P("", "loss"), **CLEAN("same", "decomp")},
         loss="output", ms_variants=("clean_port", "clean_port_cells"),
         description=f"linear head and the {_kind} loss function with each reduction (torch's one call, "
                     f"MindSpore's primitives)"))

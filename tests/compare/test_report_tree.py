@@ -17,6 +17,11 @@ from ts_core.compare.report.html import write_html  # noqa: E402
 from browser import CHROMIUM, SKIP_REASON, Browser  # noqa: E402
 from compare_models import dump_mix as dump  # noqa: E402
 
+
+def _set_diagnosis(result, diagnosis):
+    """The diagnosis belongs to the pair holding the first divergence (CompareResult.diagnosis reads it)."""
+    next(p for p in result.pairs if p.first_divergence is result.first_divergence).diagnosis = diagnosis
+
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON)]
 
 # hand-made hypotheses in the format of explain/diagnosis.py (COMMON interface): the page must
@@ -51,7 +56,7 @@ def small(tmp_path_factory):
     shutil.copytree(os.path.join(golden, "step0", "rank"), os.path.join(target, "step0", "rank7"))
     shutil.copytree(os.path.join(golden, "step0", "rank"), os.path.join(golden, "step0", "rank7"))
     result = compare(golden, target, d / "out", verbose=False)
-    result.diagnosis = DIAGNOSIS
+    _set_diagnosis(result, DIAGNOSIS)
     write_html(result, d / "out" / "report.html")
     return result, d / "out" / "report.html"
 

@@ -31,7 +31,10 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
             normalise: Callable[[str], str] = default_normalise, crossframework: Optional[bool] = None,
             mapping: Optional[os.PathLike | str] = None, rank_map: Optional[str] = None,
             stats_first: bool = False, executor: str = "local", scheduler: Optional[str] = None,
-            scheduler_file: Optional[str] = None, chunks: int = 1) -> CompareResult:
+            scheduler_file: Optional[str] = None, chunks: int = 1,
+
+            golden_rerun: Optional[os.PathLike | str] = None,
+            target_rerun: Optional[os.PathLike | str] = None) -> CompareResult:
     """Compare two dumps and name the first call that diverged.
 
     ``golden``/``target``: a dump root (``step*/rank*``), a step folder, a rank folder or a
@@ -49,6 +52,9 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
     ``executor``: where the units (step, rank, chunk) run: ``local`` (``workers`` processes) or
     ``dask`` (a LocalCluster of ``workers``, or the cluster at ``scheduler``/``scheduler_file``);
     ``chunks``: units per step/rank pair. The outputs do not depend on either (executor.py).
+    ``golden_rerun``/``target_rerun``: a second dump of the same side (the same program run
+    again); the side is compared with it and the diagnosis says whether the first divergence
+    is nondeterminism (explain/rerun.py).
     """
     opts = Options(rtol=rtol, atol=atol, stats_only=stats_only, equal_nan=equal_nan, normalise=normalise,
                    crossframework=crossframework, mapping=str(mapping) if mapping is not None else None,
@@ -102,6 +108,11 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
                                        else layouts.attribute(result, layout.view_side))}
         if views is not None:
             views.cleanup()
+    for side, first, rerun in (("golden", golden, golden_rerun), ("target", target, target_rerun)):
+        if rerun is not None:
+            _check_rerun(result, side, compare(first, rerun, None, rtol=rtol, atol=atol, stats_only=stats_only,
+                                               equal_nan=equal_nan, workers=workers, html=False, verbose=False,
+                                               progress=progress, normalise=normalise))
     if output_dir is not None:
         write_outputs(result, Path(output_dir), html=html)
     if verbose:
@@ -117,6 +128,17 @@ def _replica_lines(layout) -> list:
 
     return [f"  replicas {label}{line}" for label, units in layout.replica_units
             for line in replicas_text(check_units(units)).splitlines()]
+
+
+def _check_rerun(result: CompareResult, side: str, self_result: CompareResult) -> None:
+    """Add what a side compared with its own rerun says to the diagnosis of the first divergence."""
+    from .explain.diagnosis import add_rerun
+    from .explain.rerun import nondeterminism
+
+    fd = result.first_divergence
+    pair = next((p for p in result.pairs if fd is not None and p.first_divergence is fd), None)
+    if pair is not None:
+        pair.diagnosis = add_rerun(pair.diagnosis, nondeterminism(side, self_result, fd))
 
 
 def _labels(units) -> str:

@@ -155,6 +155,7 @@ class PairResult:
     warnings: List[str] = field(default_factory=list)
     timeline: Dict[str, Any] = field(default_factory=dict)   # many ranks: see ranks.timeline
     programs: Dict[str, Any] = field(default_factory=dict)   # engine.same_program: do the dumps match?
+    diagnosis: List[Dict[str, Any]] = field(default_factory=list)   # explain/diagnosis.py, best first
 
     @property
     def same_program(self) -> bool:
@@ -164,7 +165,8 @@ class PairResult:
         d = {"step": self.step, "rank": self.rank, "golden": self.golden, "target": self.target,
              "counts": self.counts, "modes": self.modes, "note": self.note, "warnings": self.warnings,
              "programs": self.programs,
-             "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None}
+             "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None,
+             "diagnosis": self.diagnosis}
         if self.timeline:
             d["timeline"] = self.timeline
         if with_rows:
@@ -214,6 +216,13 @@ class CompareResult:
         return None
 
     @property
+    def diagnosis(self) -> List[Dict[str, Any]]:
+        """Cause hypotheses of the first divergence, best first (explain/diagnosis.py): dicts
+        {cause, title, confidence, evidence, needs_tensors}; empty when nothing diverged."""
+        fd = self.first_divergence
+        return next((p.diagnosis for p in self.pairs if fd is not None and p.first_divergence is fd), [])
+
+    @property
     def counts(self) -> Dict[str, int]:
         total: Dict[str, int] = {}
         for p in self.pairs:
@@ -251,6 +260,7 @@ class CompareResult:
             "golden": self.golden, "target": self.target,
             "counts": self.counts, "tolerances": self.tolerances, "options": self.options,
             "first_divergence": fd.to_dict() if fd else None, "first_divergence_note": note,
+            "diagnosis": self.diagnosis,
             "pairs": [p.to_dict() for p in self.pairs],
             "unpaired_golden": self.unpaired_golden, "unpaired_target": self.unpaired_target,
             "files": self.files, **({"ranks": self.ranks} if self.ranks.get("steps") else {}),

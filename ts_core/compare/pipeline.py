@@ -9,6 +9,7 @@ from ..dumpfmt import checksum_kind
 from .align.crossframework import is_cross, prepare
 from .align.dataflow import Facts
 from .chunks import gated
+from .explain.diagnosis import diagnose
 from .explain.divergence import find_first_divergence
 from .errors import TensorFileError
 from .load.loader import OUTPUT, PARAMETER, Call, Dump, DumpUnit, Entry, is_tensor_summary
@@ -414,6 +415,7 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
     rows = [r for seq in seqs for cp in seq for r in cp.rows]
     fd, note = find_first_divergence(seqs, gd, td, step, rank, facts)
     programs = same_program(seqs)
+    diagnosis = [h.to_dict() for h in diagnose(fd, seqs, gd, td)] if programs["same"] else []
     if not programs["same"] and gd.level and td.level and gd.level != td.level:
         programs["evidence"] += (f"; the dumps were made at different levels (golden {gd.level}, target "
                                  f"{td.level}): dump both at one level")
@@ -431,7 +433,7 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
     warnings = notes + [f"{side} dump is marked incomplete (the run stopped early): {d.path}"
                 for side, d in (("golden", gd), ("target", td)) if d.incomplete]
     return PairResult(step, rank, str(golden.json_path), str(target.json_path), rows, fd, note, counts, modes,
-                      warnings, programs=programs)
+                      warnings, programs=programs, diagnosis=diagnosis)
 
 
 MIN_MATCHED_SHARE = 0.5     # below this share of paired calls on both sides: different programs

@@ -1,1 +1,2 @@
-"""Explain: the call that introduced an error, which rank diverged first, replica consistency."""
+"""Explain: the call that introduced an error, which rank diverged first, replica consistency,
+and why the first divergence diverged (diagnosis)."""

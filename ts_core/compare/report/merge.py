@@ -95,7 +95,8 @@ def load_result(folder: "os.PathLike | str") -> CompareResult:
             rows=[r for r in rows if r.step == p.get("step") and r.rank == p.get("rank", "")],
             first_divergence=FirstDivergence(**{k: v for k, v in fd.items() if k in fd_fields}) if fd else None,
             note=p.get("note", ""), counts=p.get("counts", {}), modes=p.get("modes", []),
-            warnings=p.get("warnings", []), timeline=p.get("timeline", {}), programs=p.get("programs", {})))
+            warnings=p.get("warnings", []), timeline=p.get("timeline", {}), programs=p.get("programs", {}),
+            diagnosis=p.get("diagnosis", [])))
     return CompareResult(golden=summary.get("golden", ""), target=summary.get("target", ""), pairs=pairs,
                          unpaired_golden=summary.get("unpaired_golden", []),
                          unpaired_target=summary.get("unpaired_target", []),

@@ -83,6 +83,7 @@ def _stats_lines(metrics: dict) -> List[str]:
 
 def diagnosis_lines(diagnosis: List[dict], shown: int = 3, width: int = 220) -> List[str]:
     """The cause hypotheses, most likely first: title, confidence, cause id, evidence."""
+    diagnosis = [h for h in diagnosis if (h.get("confidence") or 0) > 0 or h.get("needs_tensors")]
     if not diagnosis:
         return []
     lines = ["Why (diagnosis, most likely first):"]

@@ -1,0 +1,74 @@
+"""Replay the target's call on golden's inputs (acc-check's replay machinery): does the
+difference come with the inputs (inherited from upstream) or is it computed by the call
+itself (born here)? Also gives the float64 result the precision hypothesis needs.
+
+The target's recorded call is rebuilt with ``acccheck.plan`` and run by the framework's
+replayer (``backends/<framework>/replay.py``), once on the target's own inputs and once with
+every tensor argument swapped for golden's value of it. Needs the framework and a tensor dump.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Optional
+
+import numpy as np
+
+from ..load.loader import INPUT
+from .values import Values
+
+
+@dataclass
+class Replays:
+    """Outputs (flattened, float64) of the target's call: reference = float64, peer = recorded dtypes."""
+
+    on_golden: Any          # acccheck.outcome.Outcome on golden's inputs
+    on_target: Any          # ... on target's own inputs
+    swapped: List[str]      # the tensor arguments that took golden's value
+
+
+def replay_on_golden(values: Values) -> Optional[Replays]:
+    """None when the call cannot be replayed (a module, a group, a statistics dump, no framework)."""
+    cp, td = values.cp, values.dumps["target"]
+    call = cp.target
+    if call is None or cp.golden is None or call.kind != "api" or call.members or "+" in call.key:
+        return None
+    rec = td.data.get(call.key)
+    if not isinstance(rec, dict):
+        return None
+    try:
+        from ...acccheck.check import _replayer
+        from ...acccheck.outcome import ReplayError
+        from ...acccheck.plan import TensorArg, build_plans
+        from ...acccheck.replay import replay
+        from ...acccheck.standards import STANDARDS_YAML, load_standards
+        from ...backends._depth import internal
+    except ImportError:
+        return None
+    plans, _ = build_plans({call.key: rec}, load_standards(STANDARDS_YAML)["random_apis"])
+    if not plans or plans[0].problem:
+        return None
+    plan = plans[0]
+    adapter, why = _replayer(td.framework)
+    if adapter is None:
+        return None
+    swapped: List[str] = []
+
+    def own(t: "TensorArg") -> np.ndarray:
+        return td.load_tensor(t.data_name)
+
+    def golden(t: "TensorArg") -> np.ndarray:
+        g = values.array("golden", INPUT, t.name)
+        if g is not None and list(g.shape) == list(t.shape):
+            if t.name not in swapped:
+                swapped.append(t.name)
+            return g
+        return own(t)
+
+    try:
+        with internal():
+            resolved = adapter.resolve(plan, {})
+            on_target = replay(adapter, plan, resolved, own, backward=False)
+            on_golden = replay(adapter, plan, resolved, golden, backward=False)
+    except (ReplayError, Exception):      # a call that cannot be replayed: no evidence either way
+        return None
+    return Replays(on_golden, on_target, swapped)
