@@ -60,8 +60,13 @@ def test_distributed_collectives_and_rank_folder(dump_root, tmp_path):
     try:
         dbg = PrecisionDebugger(dump_path=dump_root, level="L1", step=[0])
         t = torch.arange(4.0)
+        out = torch.zeros(4)
         dbg.start()
         dist.all_reduce(t)
+        torch.add(out, 1)                   # out's statistics are now known (zeros) ...
+        dist.all_to_all_single(out, torch.arange(4.0) + 5)
+        assert out._version == 0            # ... and the collective rewrote it without a version bump
+        torch.add(out, 1)
         dbg.stop()
         dbg.close()
     finally:
@@ -69,6 +74,28 @@ def test_distributed_collectives_and_rank_folder(dump_root, tmp_path):
     data = _data(dump_root, rank="rank0")
     rec = data["Distributed.all_reduce.0.forward"]
     assert rec["input_args"][0]["Max"] == 3.0
+    before, after = (data[f"Torch.add.{i}.forward"]["input_args"][0] for i in (0, 1))
+    assert (before["Max"], before["Min"]) == (0.0, 0.0)
+    assert (after["Max"], after["Min"], after["Mean"]) == (8.0, 5.0, 6.5)     # not the cached zeros
+
+
+def test_record_param_grads_reads_gradients_written_without_a_version_bump(dump_root):
+    """DDP's reducer (gradient_as_bucket_view) and in-place collectives write .grad without moving
+    its version counter: record_param_grads() must summarise what .grad holds now."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    dbg = PrecisionDebugger(dump_path=dump_root, level="L0", step=[0])
+    dbg.start(model)
+    model(torch.ones(1, 3)).sum().backward()
+    grad = model[0].weight.grad
+    version = grad._version
+    grad.numpy()[...] = 7.0                 # written behind autograd's back, as a collective does
+    assert grad._version == version
+    dbg.record_param_grads()
+    dbg.stop()
+    dbg.close()
+    data = _data(dump_root)
+    (weight,) = data["Module.0.Linear.parameters_grad.0"]["weight"]
+    assert (weight["Max"], weight["Min"], weight["Mean"]) == (7.0, 7.0, 7.0)
 
 
 def test_register_and_restore_custom_api(dump_root):

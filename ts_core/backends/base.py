@@ -176,6 +176,9 @@ class Backend(abc.ABC):
         (the latest value wins). A framework whose parameters carry no accumulated gradient
         (MindSpore: gradients are returned, not stored) keeps what its hooks saw."""
         with internal():
+            # re-read for real: an all-reduce since backward wrote in place without a version bump
+            self.collector.forget_seen_values()
+            self.hooks.forget_grads_seen()
             for base, pname, param in self.hooks.watched_params():
                 self._on_param_grad(base, pname, self.access.accumulated_grad(param))
 
@@ -281,6 +284,9 @@ class Backend(abc.ABC):
             return out
         finally:
             DEPTH.value -= 1
+            if base.startswith(self._collective_prefixes):
+                # a collective wrote into its tensors without moving their version counters
+                self.collector.forget_seen_values()
 
     def run_api_taps_only(self, orig: Callable, base: str, name: str, args: tuple, kwargs: dict,
                           inplace: Optional[bool] = None) -> Any:

@@ -103,6 +103,10 @@ class HookSet:
         key_of = self.collector.adapter.content_key     # optional in TensorAdapter
         return key_of(grad) if key_of is not None else None
 
+    def forget_grads_seen(self) -> None:
+        """The next reading of every gradient is summarised anew (``capture_param_grads``)."""
+        self._grads_seen.clear()
+
     def emit_param_grads(self) -> None:
         """One ``parameters_grad`` record per module with gradients this step."""
         grads, self.param_grads = self.param_grads, {}

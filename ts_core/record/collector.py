@@ -91,6 +91,12 @@ class Collector:
         self.want = {(d, p): w(d, p) for d in (FORWARD, BACKWARD) for p in ("input", "output")}
 
     # -- step folders -------------------------------------------------------------------
+    def forget_seen_values(self) -> None:
+        """Tensors may have changed without their version counters moving: a collective writes
+        into its tensors in place (gloo, NCCL), DDP's reducer into gradient buckets. What was
+        summarised of a tensor seen unchanged is then not reused (statistics, CRC, file link)."""
+        self.summ.reset()
+
     def open_step(self, step: int, rank: Optional[int]) -> None:
         self.close_step()
         self.step, self.rank = step, rank
