@@ -12,7 +12,7 @@ from .align.matching import align, default_normalise, parse_key
 from .judge.metrics import TensorMetrics, compare_arrays, compare_stats
 from .model import CompareResult, FirstDivergence, PairResult, Row
 from .report.summary import summarize, summary_text
-from .judge.verdict import DEFAULT_TOLERANCES, Tolerance, pick_tolerance
+from .judge.tolerances import DEFAULT_TOLERANCES, Tolerance, pick_tolerance
 
 __all__ = [
     "compare", "summarize", "summary_text", "write_outputs",

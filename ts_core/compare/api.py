@@ -2,24 +2,25 @@
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..dumpfmt import DumpUnit, rank_number, write_json_atomic
+from ..dumpfmt import write_json_atomic
 from .align import layouts
-from .pipeline import Options, compare_pair
-from .errors import DumpFormatError
-from .report.html import write_html
-from .load.loader import Dump, find_dumps, pair_units
 from .align.matching import default_normalise
-from .explain.ranks import rank_summary, timeline
-from .report.files import terminal_text, write_csv, write_summary
-from .model import CompareResult, PairResult
-from .judge.verdict import DEFAULT_TOLERANCES
+from .errors import DumpFormatError
+from .executor import run_units
+from .explain.ranks import attribute, rank_summary
+from .explain.replicas import check_units, replicas_text
+from .judge.tolerances import DEFAULT_TOLERANCES
+from .load.loader import Dump, find_dumps, pair_units
+from .model import CompareResult
+from .pipeline import Options
+from .report.files import write_csv, write_summary
+from .report.html import write_html
+from .report.text import terminal_text
 
 
 RANKS_JSON = "ranks.json"
@@ -57,21 +58,14 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
         views = tempfile.TemporaryDirectory(prefix="tsprobe-layout-") if output_dir is None else None
         layout = layouts.plan(g_units, t_units, Path(views.name if views else Path(output_dir) / "layout_views"),
                               rank_map)
+        layout.text.extend("  replicas " + line for line in replicas_text(check_units(layout.many)).splitlines())
         pairs, lone_g, lone_t = layout.pairs, [], []
     if not pairs:
         for unit in lone_g + lone_t:    # a file that is no dump says so, not "nothing matches"
             Dump(unit)
         raise DumpFormatError(f"nothing to compare: no step/rank of {golden} ({_labels(lone_g)}) matches one "
                               f"of {target} ({_labels(lone_t)})")
-    n_workers = min(len(pairs), workers or os.cpu_count() or 1)
-    if n_workers > 1 and not _picklable(opts):  # e.g. a lambda as normaliser: stay in this process
-        n_workers = 1
-    if n_workers > 1:
-        with ProcessPoolExecutor(max_workers=n_workers) as pool:
-            futures = [pool.submit(_compare_unit, g, t, opts, False) for g, t in pairs]
-            results = [f.result() for f in futures]
-    else:
-        results = [_compare_unit(g, t, opts, progress) for g, t in pairs]
+    results = run_units(pairs, opts, workers, progress)
     tolerances = {k: v.to_dict() for k, v in DEFAULT_TOLERANCES.items()}
     overrides = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
     if overrides:
@@ -92,7 +86,7 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
         result.ranks = rank_summary(result)
     if layout is not None:
         result.options["layout"] = {"rule": layout.rule, "values": layout.counts,
-                                    "text": layout.text + layouts.attribute(result, layout.view_side)}
+                                    "text": layout.text + attribute(result, layout.view_side)}
         if views is not None:
             views.cleanup()
     if output_dir is not None:
@@ -104,25 +98,8 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
     return result
 
 
-def _compare_unit(golden: DumpUnit, target: DumpUnit, opts: Options, progress: Optional[bool]) -> PairResult:
-    """One step/rank pair; a numbered rank (a distributed run) also keeps its timeline, so the
-    many-rank summary can be made later from saved results (``tsprobe merge``)."""
-    pair = compare_pair(golden, target, opts, progress)
-    if rank_number(golden.rank) is not None or rank_number(target.rank) is not None:
-        pair.timeline = timeline(pair)
-    return pair
-
-
 def _labels(units) -> str:
     return ", ".join(u.label for u in units)
-
-
-def _picklable(obj) -> bool:
-    try:
-        pickle.dumps(obj)
-        return True
-    except Exception:
-        return False
 
 
 def write_outputs(result: CompareResult, out: Path, html: bool = True) -> None:

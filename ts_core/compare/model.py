@@ -7,7 +7,9 @@ from typing import Any, Dict, List, Optional
 
 from ..dumpfmt import json_safe as _clean
 from .report.text import terminal_text
-from .judge.verdict import ERROR, PASS, WARNING
+from ..verdicts import ERROR, PASS, WARNING
+from .explain.precedence import first_divergence
+from .judge.verdict import result_verdict
 
 
 @dataclass
@@ -144,7 +146,7 @@ class PairResult:
     modes: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     timeline: Dict[str, Any] = field(default_factory=dict)   # many ranks: see ranks.timeline
-    programs: Dict[str, Any] = field(default_factory=dict)   # engine.same_program: do the dumps match?
+    programs: Dict[str, Any] = field(default_factory=dict)   # align.calls.same_program: do the dumps match?
 
     @property
     def same_program(self) -> bool:
@@ -193,15 +195,7 @@ class CompareResult:
     def first_divergence(self) -> Optional[FirstDivergence]:
         """The earliest step's first divergence; with many ranks, that of the rank that diverged
         first (``ranks``), else of the lowest rank."""
-        for p in self.pairs:
-            if p.first_divergence:
-                step = next((s for s in self.ranks.get("steps", []) if s["step"] == p.step), None)
-                first = step["diverged_first"] if step else []
-                for q in self.pairs:
-                    if q.step == p.step and first and q.rank == first[0] and q.first_divergence:
-                        return q.first_divergence
-                return p.first_divergence
-        return None
+        return first_divergence(self.pairs, self.ranks)
 
     @property
     def counts(self) -> Dict[str, int]:
@@ -221,14 +215,8 @@ class CompareResult:
         """The worst row verdict (a first divergence that is a warning leaves it a warning);
         ERROR when the dumps describe different programs; at least WARNING when a step/rank
         has no partner."""
-        if self.different_programs:
-            return ERROR
-        c = self.counts
-        if c.get(ERROR):
-            return ERROR
-        if c.get(WARNING) or self.unpaired_golden or self.unpaired_target:
-            return WARNING
-        return PASS
+        return result_verdict(self.counts, bool(self.different_programs),
+                              bool(self.unpaired_golden or self.unpaired_target))
 
     def summary(self) -> dict:
         fd = self.first_divergence

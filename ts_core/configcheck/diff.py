@@ -8,11 +8,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..dumpfmt import STAT_FIELDS
+from ..verdicts import ERROR, INFO, PASS, RANK as _RANK, WARNING
 from .rules import DETERMINISM_ENV, canonical, hyperparameter_level, package_level, set_by_framework
 
-ERROR, WARNING, INFO, PASS = "error", "warning", "info", "pass"
 SECTIONS = ("packages", "python", "environment", "framework", "hyperparameters", "tsprobe_config", "weights", "data")
-_RANK = {PASS: 0, INFO: 0, WARNING: 1, ERROR: 2}
 _MISSING = "(absent)"
 
 

@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ...dumpfmt import DTENSOR, DumpUnit, is_tensor_summary, merge_shards, parse_key, rank_number
+from ...dumpfmt import DTENSOR, STAT_FIELDS, DumpUnit, is_tensor_summary, merge_shards, parse_key, rank_number
+from ...dumpfmt.shards import submesh_groups
 from ..errors import DumpFormatError
 
 SAME, SPLIT = "same-batch", "split-batch"
 MERGED, OWN = "merged", "own"
-_STATS = ("Max", "Min", "Mean", "Norm")
 
 
 @dataclass
@@ -50,6 +50,7 @@ class Layout:
     text: List[str] = field(default_factory=list)
     counts: Dict[str, int] = field(default_factory=dict)
     view_side: int = 1          # which member of each pair is the view (0: golden, 1: target)
+    many: List[DumpUnit] = field(default_factory=list)     # the many-rank side's units, by step
 
 
 def applies_either_way(golden: List[DumpUnit], target: List[DumpUnit]) -> bool:
@@ -97,8 +98,8 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
         units = sorted(t_steps.get(g.step, []), key=lambda u: rank_number(u.rank))
         if not units:
             continue
-        g_data = _load(g.json_path)["data"]
-        t_docs = [_load(u.json_path) for u in units]
+        g_data = load_view(g.json_path)["data"]
+        t_docs = [load_view(u.json_path) for u in units]
         datas = [_strip_wrapper(d["data"], g_data) for d in t_docs]
         rule = forced or detect(datas)
         rules.add(rule)
@@ -127,16 +128,12 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
                     f"values scaled by 1/{scale} (each rank's loss averages its own shard); replicated values "
                     "(parameters, reduced gradients) compared rank by rank")
     text.append("  values: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
-    from ..explain.replicas import check_units, replicas_text
-
-    replicas = check_units([u for us in t_steps.values() for u in us])
-    text.extend("  replicas " + line for line in replicas_text(replicas).splitlines())
-    return Layout(rule, pairs, text, counts, view_side=1 - int(reverse))
+    return Layout(rule, pairs, text, counts, view_side=1 - int(reverse), many=[u for us in t_steps.values() for u in us])
 
 
 # ---------------------------------------------------------------- reading
 
-def _load(path: Path) -> dict:
+def load_view(path: Path) -> dict:
     try:
         with open(path) as f:
             return json.load(f)
@@ -187,7 +184,7 @@ def _first_input_versions(datas: List[Dict[str, Any]]) -> int:
             if not path or path[0] not in ("input_args", "input_kwargs", "input"):
                 continue
             others = [_at(d.get(key), path) for d in datas]
-            return len({None if o is None else json.dumps([o.get("shape")] + [o.get(s) for s in _STATS])
+            return len({None if o is None else json.dumps([o.get("shape")] + [o.get(s) for s in STAT_FIELDS])
                         for o in others})
     return 1
 
@@ -208,7 +205,7 @@ def data_shards(datas: List[Dict[str, Any]]) -> int:
 def _local(s: dict) -> Optional[Tuple[int, float, float, float, float]]:
     """(count, sum, sum_sq, max, min) of a plain tensor summary."""
     shape = s.get("shape")
-    vals = [s.get(k) for k in _STATS]
+    vals = [s.get(k) for k in STAT_FIELDS]
     if not isinstance(shape, list) or any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in vals):
         return None
     count = math.prod(shape)
@@ -217,7 +214,7 @@ def _local(s: dict) -> Optional[Tuple[int, float, float, float, float]]:
 
 
 def _summary(like: dict, shape: List[int], count: int, total: float, squares: float, mx, mn, how: str) -> dict:
-    out = {k: v for k, v in like.items() if k not in ("data_name", "md5", DTENSOR) + _STATS}
+    out = {k: v for k, v in like.items() if k not in ("data_name", "md5", DTENSOR) + STAT_FIELDS}
     out.update(shape=list(shape), Max=mx, Min=mn, Mean=total / count if count else None,
                Norm=math.sqrt(max(squares, 0.0)), layout=how)
     return out
@@ -235,7 +232,7 @@ def _tile_dim(shapes: List[list], golden: list) -> Optional[int]:
 
 
 def _same(a: dict, b: dict) -> bool:
-    return a.get("shape") == b.get("shape") and all(a.get(k) == b.get(k) for k in _STATS)
+    return a.get("shape") == b.get("shape") and all(a.get(k) == b.get(k) for k in STAT_FIELDS)
 
 
 def _grid_tiles(leaves: List[dict], golden: list) -> Optional[Tuple[List[dict], int, int]]:
@@ -273,22 +270,6 @@ def _grid_tiles(leaves: List[dict], golden: list) -> Optional[Tuple[List[dict], 
     return None
 
 
-def _submesh_groups(leaves: List[dict]) -> Optional[List[List[int]]]:
-    """The rank groups of a DTensor whose mesh is smaller than the job (contiguous blocks: the inner
-    dimension of a 2-D mesh; or strided: its outer one), found from the coordinates: each group
-    holds every coordinate of the mesh once. None when the mesh spans every rank."""
-    n = len(leaves)
-    blocks = [s[DTENSOR] for s in leaves]
-    m = math.prod(blocks[0].get("mesh_shape") or [n])
-    if m >= n or n % m or any(math.prod(b.get("mesh_shape") or [n]) != m for b in blocks):
-        return None
-    for groups in ([list(range(g * m, (g + 1) * m)) for g in range(n // m)],
-                   [list(range(j, n, n // m)) for j in range(n // m)]):
-        if all(len({tuple(blocks[i].get("coordinate") or ()) for i in g}) == m for g in groups):
-            return groups
-    return None
-
-
 def _merge_means(parts: List[dict], own: dict, golden: Optional[dict], rule: str, backward: bool,
                  shards: Optional[int]) -> Tuple[dict, str]:
     """Mean-only values (a Partial DTensor per sub-mesh group) of the groups: tiles of the single
@@ -321,7 +302,7 @@ def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, 
     if DTENSOR in own:
         if any(DTENSOR not in s for s in leaves):
             return own, "own"
-        groups = _submesh_groups(leaves)
+        groups = submesh_groups(leaves)
         if groups is not None:      # a DTensor on a sub-mesh (the TP mesh of a 2-D one): merged per group first
             per_rank: List[dict] = [{}] * n
             for group in groups:
@@ -334,10 +315,10 @@ def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, 
             return value, "DTensor merged (sub-mesh)" + ("" if how == "own" else " + " + how)
         merged = merge_shards(leaves)
         block = own[DTENSOR]
-        base = {k: v for k, v in own.items() if k not in ("data_name", "md5", DTENSOR) + _STATS}
+        base = {k: v for k, v in own.items() if k not in ("data_name", "md5", DTENSOR) + STAT_FIELDS}
         base.update(shape=list(block["global_shape"]), layout=MERGED)
         if merged is not None:
-            base.update({k: merged[k] for k in _STATS})
+            base.update({k: merged[k] for k in STAT_FIELDS})
             return base, "DTensor merged"
         if any(p.startswith("Partial") for p in block["placements"]) and all(s[DTENSOR].get("local") for s in leaves):
             count = math.prod(block["global_shape"])
@@ -351,7 +332,7 @@ def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, 
         return base, "not mergeable"
     g_shape = golden.get("shape") if golden else None
     shapes = [s.get("shape") for s in leaves]
-    identical = all(s.get("shape") == own.get("shape") and all(s.get(k) == own.get(k) for k in _STATS) for s in leaves)
+    identical = all(s.get("shape") == own.get("shape") and all(s.get(k) == own.get(k) for k in STAT_FIELDS) for s in leaves)
     if identical or g_shape is None or g_shape == own.get("shape"):
         if rule == SPLIT and backward and not identical and g_shape is not None and all(sh == g_shape for sh in shapes):
             locs = [_local(s) for s in leaves]
@@ -427,57 +408,3 @@ def _write_view(doc: dict, view: Dict[str, Any], unit: DumpUnit, out: Path) -> D
     with open(out / "dump.json", "w") as f:
         json.dump({**header, "data": view}, f)
     return DumpUnit(unit.step, unit.rank, out / "dump.json")
-
-
-# ---------------------------------------------------------------- the verdict, per rank
-
-def _merged_row(view_path: str, key: str, arg: str) -> bool:
-    from ...dumpfmt import record_entries
-
-    try:
-        data = _load(Path(view_path))["data"]
-    except DumpFormatError:
-        return False
-    rec = data.get(key)
-    info = parse_key(key) if rec is not None else None
-    for e in record_entries(rec, bool(info and info.kind == "parameters_grad")):
-        if e.arg == arg and isinstance(e.leaf, dict):
-            return e.leaf.get("layout") == MERGED
-    return False
-
-
-def attribute(result, view_side: int = 1) -> List[str]:
-    """Lines naming, per step, the first divergence and the rank it belongs to: a rank whose
-    first failing value is its own (not merged across ranks) and that comes first."""
-    from ..judge.verdict import ERROR
-
-    lines = []
-    steps: Dict[Any, list] = {}
-    for p in result.pairs:
-        steps.setdefault(p.step, []).append(p)
-    for step, pairs in sorted(steps.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
-        found = []
-        for p in pairs:
-            fd = p.first_divergence
-            if fd is None:
-                continue
-            bad = [row for row in p.rows if row.verdict == ERROR and (row.target_key or row.golden_key)
-                   and (row.golden_key == fd.key or row.target_key == fd.target_key)]
-            view = p.target if view_side else p.golden
-            vkey = (lambda row: row.target_key or fd.key) if view_side else (lambda row: row.golden_key or fd.key)
-            own = [row for row in bad if not _merged_row(view, vkey(row), row.arg)]
-            order = min((row.order for row in bad), default=1 << 30)
-            found.append((0 if own else 1, order, p.rank, fd, own[0].name if own else None))
-        label = "" if step is None else f"step {step}: "
-        if not found:
-            lines.append(f"{label}no divergence on any rank (differences within the tolerances, i.e. the "
-                         "reduction-order noise of a different parallel layout)")
-            continue
-        found.sort(key=lambda x: (x[1], x[0]))
-        first = found[0]
-        if first[0] == 0:
-            lines.append(f"{label}first divergence {first[3].key} on {first[2]} ({first[4]}, that rank's own value)")
-        else:
-            lines.append(f"{label}first divergence {first[3].key} on a value merged across ranks: "
-                         f"the rank is not known from statistics ({', '.join(sorted({f[2] for f in found}))} see it)")
-    return lines

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ...dumpfmt import FORWARD, INPUT, OUTPUT, PARAMETER, Entry, is_tensor_summary
-from .dataflow import fingerprint, numel, precision, stats_distance
+from ...dumpfmt.dtypes import precision
+from .dataflow import fingerprint, numel, stats_distance
 from ..load.loader import Call
 from ..judge.masks import is_bool
 from ..model import Row

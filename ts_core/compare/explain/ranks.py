@@ -16,11 +16,14 @@ execution order of each pair is kept in ``PairResult.timeline`` so merging needs
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ...dumpfmt import parse_key, read_header_and_data, without_direction
+from ...dumpfmt import DumpFormatError, parse_key, read_header_and_data, record_entries, without_direction
+from ..align.layouts import MERGED, load_view
 from ..model import CompareResult, PairResult, Row
-from ..judge.verdict import ERROR, PASS, WARNING, worse
+from ...verdicts import ERROR, worse
+from ..judge.verdict import pair_verdict
 
 COLLECTIVE_PREFIXES = ("Distributed", "MintDistributed")
 
@@ -101,7 +104,7 @@ def _step_summary(step, pairs: List[PairResult]) -> Dict[str, Any]:
     pos = {p.rank: _position(p) for p in pairs}
     for p in pairs:
         fd = p.first_divergence
-        entry: Dict[str, Any] = {"rank": p.rank, "verdict": _pair_verdict(p), "first_divergence": None}
+        entry: Dict[str, Any] = {"rank": p.rank, "verdict": pair_verdict(p.first_divergence is not None, p.counts), "first_divergence": None}
         if fd is not None:
             entry["first_divergence"] = {"key": fd.key, "direction": fd.direction, "tensor": fd.tensor,
                                          "reason": fd.reason, "source": fd.source, "module": fd.module,
@@ -116,12 +119,6 @@ def _step_summary(step, pairs: List[PairResult]) -> Dict[str, Any]:
     links = _links(pairs, pos)
     return {"step": step, "ranks": ranks, "diverged_first": first, "collectives": links,
             "explanation": _explain(pairs, first, links, pos)}
-
-
-def _pair_verdict(p: PairResult) -> str:
-    if p.first_divergence is not None or p.counts.get(ERROR):
-        return ERROR
-    return WARNING if p.counts.get(WARNING) else PASS
 
 
 def _links(pairs: List[PairResult], pos: Dict[str, Tuple[float, int]]) -> List[Dict[str, Any]]:
@@ -191,24 +188,51 @@ def _explain(pairs: List[PairResult], first: List[str], links: List[Dict[str, An
     return "; ".join(text)
 
 
-def ranks_text(summary: Dict[str, Any], max_links: int = 5) -> str:
-    """The many-rank part of the terminal summary."""
+# ---------------------------------------------------------------- 1 rank against N (layouts)
+
+def _merged_row(view_path: str, key: str, arg: str) -> bool:
+    try:
+        data = load_view(Path(view_path))["data"]
+    except DumpFormatError:
+        return False
+    rec = data.get(key)
+    info = parse_key(key) if rec is not None else None
+    for e in record_entries(rec, bool(info and info.kind == "parameters_grad")):
+        if e.arg == arg and isinstance(e.leaf, dict):
+            return e.leaf.get("layout") == MERGED
+    return False
+
+
+def attribute(result, view_side: int = 1) -> List[str]:
+    """Lines naming, per step, the first divergence and the rank it belongs to: a rank whose
+    first failing value is its own (not merged across ranks) and that comes first."""
     lines = []
-    for s in summary.get("steps", []):
-        step = "" if s["step"] is None else f" step {s['step']}"
-        lines.append(f"ranks{step}: {s['explanation']}")
-        for r in s["ranks"]:
-            fd = r["first_divergence"]
+    steps: Dict[Any, list] = {}
+    for p in result.pairs:
+        steps.setdefault(p.step, []).append(p)
+    for step, pairs in sorted(steps.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        found = []
+        for p in pairs:
+            fd = p.first_divergence
             if fd is None:
-                lines.append(f"  {r['rank']:<8} {r['verdict']}: no first divergence")
-            else:
-                src = f"  at {fd['source']}" if fd.get("source") else ""
-                lines.append(f"  {r['rank']:<8} {fd['key']} [{fd['direction']}], {fd['collectives_before']} "
-                             f"collective(s) before{src}")
-        for link in s["collectives"][:max_links]:
-            state = ", ".join(f"{rank}: in {v['input'] or '-'} / out {v['output'] or '-'}" if v else f"{rank}: absent"
-                              for rank, v in link["ranks"].items())
-            lines.append(f"  collective {link['key']}: {state}")
-        if len(s["collectives"]) > max_links:
-            lines.append(f"  ... {len(s['collectives']) - max_links} more collectives with differences (ranks.json)")
-    return "\n".join(lines)
+                continue
+            bad = [row for row in p.rows if row.verdict == ERROR and (row.target_key or row.golden_key)
+                   and (row.golden_key == fd.key or row.target_key == fd.target_key)]
+            view = p.target if view_side else p.golden
+            vkey = (lambda row: row.target_key or fd.key) if view_side else (lambda row: row.golden_key or fd.key)
+            own = [row for row in bad if not _merged_row(view, vkey(row), row.arg)]
+            order = min((row.order for row in bad), default=1 << 30)
+            found.append((0 if own else 1, order, p.rank, fd, own[0].name if own else None))
+        label = "" if step is None else f"step {step}: "
+        if not found:
+            lines.append(f"{label}no divergence on any rank (differences within the tolerances, i.e. the "
+                         "reduction-order noise of a different parallel layout)")
+            continue
+        found.sort(key=lambda x: (x[1], x[0]))
+        first = found[0]
+        if first[0] == 0:
+            lines.append(f"{label}first divergence {first[3].key} on {first[2]} ({first[4]}, that rank's own value)")
+        else:
+            lines.append(f"{label}first divergence {first[3].key} on a value merged across ranks: "
+                         f"the rank is not known from statistics ({', '.join(sorted({f[2] for f in found}))} see it)")
+    return lines

@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
-from ...dumpfmt import DTENSOR, find_dumps, parse_key, rank_number, record_entries
+from ...dumpfmt import DTENSOR, STAT_FIELDS, find_dumps, parse_key, rank_number, record_entries
+from ...dumpfmt.shards import submesh_groups
 from ..errors import DumpFormatError
 
-_STATS = ("Max", "Min", "Mean", "Norm")
 
 
 def _signature(leaf: dict) -> Tuple:
-    return (tuple(leaf.get("shape") or ()),) + tuple(leaf.get(k) for k in _STATS)
+    return (tuple(leaf.get("shape") or ()),) + tuple(leaf.get(k) for k in STAT_FIELDS)
 
 
 def _replica_group(leaf: dict, rank: int) -> Optional[Tuple]:
@@ -86,9 +86,7 @@ def check_units(units: list, rtol: float = 0.0, where: str = "the dump") -> Dict
                 others = [next((x for x in entries if x.arg == e.arg), None) for entries in per_rank]
                 sub = None      # a DTensor on a sub-mesh (2-D job): replicas only within each sub-mesh group
                 if all(o is not None and o.is_tensor and DTENSOR in o.leaf for o in others):
-                    from ..align.layouts import _submesh_groups
-
-                    found = _submesh_groups([o.leaf for o in others])
+                    found = submesh_groups([o.leaf for o in others])
                     sub = None if found is None else {i: gi for gi, grp in enumerate(found) for i in grp}
                 for idx, (u, other) in enumerate(zip(us, others)):
                     if other is None or not other.is_tensor:

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from ...dumpfmt import BACKWARD, FORWARD, OTHER, parse_key, read_construct
 from ..model import PairResult, Row
-from ..judge.verdict import PASS, worse
+from ...verdicts import PASS, worse
 
 _ROOTS = (FORWARD, BACKWARD, OTHER)
 
