@@ -1,4 +1,6 @@
-"""Result objects of a comparison; each serialises to plain JSON."""
+"""The data model of a comparison, shared by every stage: one compared value (``Row``), the
+call that introduced an error (``FirstDivergence``), one step/rank pair (``PairResult``) and
+the whole result (``CompareResult``); each serialises to plain JSON."""
 from __future__ import annotations
 
 import json
@@ -6,10 +8,10 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
 from ..dumpfmt import json_safe as _clean
-from .report.text import terminal_text
 from ..verdicts import ERROR, PASS, WARNING
 from .explain.precedence import first_divergence
 from .judge.verdict import result_verdict
+from .report.text import terminal_text
 
 
 @dataclass

@@ -31,8 +31,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 from ...dumpfmt import FORWARD, PARAMETER, Entry, api_key, module_base, parse_key, split_module_name
 from ...dumpfmt.keys import JIT_PREFIX
 from ..load.loader import Call
-from .matching import align, default_normalise
 from ..ops import load_mapping
+from .matching import align, default_normalise
 from .pairs import merge
 
 TORCH, MINDSPORE = "pytorch", "mindspore"

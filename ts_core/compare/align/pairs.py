@@ -14,10 +14,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from ...dumpfmt import FORWARD, INPUT, OUTPUT, PARAMETER, Entry, is_tensor_summary
 from ...dumpfmt.dtypes import precision
-from .dataflow import fingerprint, numel, stats_distance
-from ..load.loader import Call
 from ..judge.masks import is_bool
+from ..load.loader import Call
 from ..model import Row
+from .dataflow import fingerprint, numel, stats_distance
 
 ValuePair = Tuple[str, str, Optional[Entry], Optional[Entry], str]     # role, arg, golden, target, note
 

@@ -26,13 +26,13 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ...dumpfmt import BACKWARD, FORWARD, INPUT, OUTPUT, forward_key
 from ...dumpfmt.dtypes import precision
-from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, MOVE_OPS, QUERY, CallInfo, Facts, Flow, fingerprint, never_pair, numel,
+from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, QUERY, CallInfo, Facts, Flow, fingerprint, never_pair, numel,
                        roots, stats_distance, tensors)
+from ..judge.verdict import values_equal
 from ..load.loader import Call
+from ..ops import MOVE_OPS, op_family
 from .matching import align, default_normalise
 from .pairs import CallPair, members, merge
-from ..judge.verdict import values_equal
-from ..ops import op_family
 
 PAIR_MIN = 3                 # lowest score at which two calls of a gap pair
 DP_LIMIT = 40_000            # larger gaps are split on equal op names first

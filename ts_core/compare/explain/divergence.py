@@ -29,12 +29,13 @@ from typing import Dict, List, Optional, Tuple
 
 from ...dumpfmt.dtypes import precision
 from ...dumpfmt.stack import user_frame
-from ..align.dataflow import LOSSLESS, MOVE_OPS, Facts, Flow, fingerprint, writes_in_place
-from ..load.loader import INPUT, OUTPUT, PARAMETER, Dump, Entry, is_tensor_summary
+from ...verdicts import ERROR, PASS
+from ..align.dataflow import LOSSLESS, Facts, Flow, fingerprint, writes_in_place
 from ..align.matching import FORWARD, forward_key
 from ..align.pairs import CallPair, in_time_order, members
+from ..load.loader import INPUT, OUTPUT, PARAMETER, Dump, Entry, is_tensor_summary
 from ..model import FirstDivergence, Row
-from ...verdicts import ERROR, PASS
+from ..ops import MOVE_OPS
 
 __all__ = ["find_first_divergence", "fingerprint"]
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ...dumpfmt import DumpFormatError, parse_key, read_header_and_data, record_entries, without_direction
-from ..align.layouts import MERGED, load_view
-from ..model import CompareResult, PairResult, Row
 from ...verdicts import ERROR, worse
+from ..align.layouts import MERGED, load_view
 from ..judge.verdict import pair_verdict
+from ..model import CompareResult, PairResult, Row
 
 COLLECTIVE_PREFIXES = ("Distributed", "MintDistributed")
 

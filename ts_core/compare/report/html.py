@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import List
 
+from ...verdicts import PASS
 from ..model import CompareResult, Row, _clean
 from .tree import trees
-from ...verdicts import PASS
 
 _COLUMNS = ["order", "verdict", "direction", "name", "target_key", "mode", "golden_dtype", "target_dtype",
             "golden_shape", "target_shape", "cosine", "max_abs_err", "mean_abs_err", "max_rel_err",

@@ -8,9 +8,9 @@ from typing import Any, Dict, List, Optional
 
 from ...dumpfmt import STAT_FIELDS, forward_key
 from ...dumpfmt.stack import one_line
-from ..load.loader import Dump, find_dumps, is_tensor_summary
 from ..align.matching import BACKWARD, FORWARD, OTHER
 from ..judge.metrics import _num
+from ..load.loader import Dump, find_dumps, is_tensor_summary
 
 
 def _nonfinite(leaf: Any) -> Optional[str]:

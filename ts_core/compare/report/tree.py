@@ -13,8 +13,8 @@ import os
 from typing import Any, Dict, List, Optional
 
 from ...dumpfmt import BACKWARD, FORWARD, OTHER, parse_key, read_construct
-from ..model import PairResult, Row
 from ...verdicts import PASS, worse
+from ..model import PairResult, Row
 
 _ROOTS = (FORWARD, BACKWARD, OTHER)
 
