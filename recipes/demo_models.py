@@ -112,7 +112,7 @@ def copy_weights(tmodel, mmodel) -> int:
     """torch parameters -> the port's Parameters, renamed through the mapping file."""
     from mindspore import Tensor
 
-    from ts_core.compare.align.crossframework import load_mapping
+    from ts_core.compare.ops import load_mapping
 
     rename = load_mapping().get("parameters", {})
     cells = dict(mmodel.cells_and_names())

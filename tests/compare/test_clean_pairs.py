@@ -55,7 +55,8 @@ def _clean(golden: str, target: str, **kw):
 def _matched_api_calls(result):
     """(golden call, target call) of every matched single-call API pair, re-aligned from the dumps."""
     from ts_core.compare.align.crossframework import is_cross, prepare
-    from ts_core.compare.pipeline import Options, align_calls
+    from ts_core.compare.align.calls import align_calls
+    from ts_core.compare.pipeline import Options
     from ts_core.compare.load.loader import Dump, find_dumps, pair_units
 
     (gu, tu), = pair_units(find_dumps(result.golden), find_dumps(result.target))[0]

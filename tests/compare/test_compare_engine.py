@@ -327,7 +327,7 @@ def test_unpicklable_normaliser_runs_in_process(tmp_path):
 
 
 def test_source_line_is_the_innermost_frame_outside_frameworks_and_tools():
-    from ts_core.compare.explain.divergence import user_frame
+    from ts_core.dumpfmt.stack import user_frame
     frames = ["File /v/lib/python3.11/site-packages/torch/nn/functional.py, line 2900, in layer_norm, \n return x",
               "File /v/lib/python3.11/site-packages/msprobe/core/hook.py, line 5, in hook, \n y",
               "File /v/lib/python3.11/site-packages/transformers/models/gpt2/modeling_gpt2.py, line 400, in forward, "

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from ts_core.compare.judge.metrics import compare_arrays, compare_stats
-from ts_core.compare.judge.verdict import (ERROR, PASS, WARNING, dtype_family, pick_tolerance, stats_verdict,
-                                     tensor_verdict)
+from ts_core.compare.judge.tolerances import dtype_family, pick_tolerance
+from ts_core.compare.judge.verdict import stats_verdict, tensor_verdict
+from ts_core.verdicts import ERROR, PASS, WARNING
 
 
 def reference(g, t, rtol, atol):

@@ -14,7 +14,7 @@ import pytest
 from ts_core.compare import compare
 from ts_core.compare.errors import DumpFormatError
 from ts_core.compare.align.layouts import MERGED, SAME, SPLIT, build_view, data_shards, detect
-from ts_core.compare.judge.verdict import ERROR
+from ts_core.verdicts import ERROR
 from ts_core.dumpfmt import reference_stats
 
 from tests.integrations._helpers import RECIPES, ROOT, free_port, python, run

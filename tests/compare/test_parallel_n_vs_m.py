@@ -15,7 +15,7 @@ import pytest
 
 from ts_core.compare import compare
 from ts_core.compare.align.layouts import SPLIT, build_view, job_partitions
-from ts_core.compare.align.tiles import submesh_groups
+from ts_core.dumpfmt.shards import submesh_groups
 from ts_core.compare.explain.replicas import check_replicas
 from ts_core.compare.align.shard_tensors import chunk_bounds, shard_index
 from ts_core.compare.judge.verdict import ERROR

@@ -14,7 +14,7 @@ import pytest
 
 from ts_core import PrecisionDebugger
 from ts_core.compare import compare
-from ts_core.compare.judge.verdict import PASS
+from ts_core.verdicts import PASS
 
 from ..torch_state import hooks_on, surface_changes, torch_surface
 from .harness import differences, train_step

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ts_core.compare import compare
-from ts_core.compare.judge.verdict import PASS
+from ts_core.verdicts import PASS
 
 from ..conftest import load_dump
 from ..torch_state import hooks_on, surface_changes, torch_surface

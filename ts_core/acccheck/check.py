@@ -15,14 +15,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from ..backends._depth import internal
-from ..compare.explain.divergence import user_frame
 from ..compare.load.loader import Dump
 from ..dumpfmt import TensorFileError, find_dumps, is_tensor_summary
+from ..dumpfmt.stack import user_frame
 from .outcome import Outcome, ReplayError
 from .plan import CallPlan, TensorArg, build_plans, decode
 from .replay import replay
-from .standards import (ERROR, PASS, WARNING, compare_values, grade, load_standards, measure,
-                        STANDARDS_YAML, worse)
+from ..verdicts import ERROR, PASS, WARNING, worse
+from .standards import STANDARDS_YAML, compare_values, grade, load_standards, measure
 from .result import SKIP, AccCheckResult, CallResult, DetailRow
 
 _REPLAYERS = {"pytorch": "ts_core.backends.torch.replay", "mindspore": "ts_core.backends.mindspore.replay"}

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..compare.report.files import csv_value
 from ..dumpfmt import write_text_atomic
 from .result import DETAIL_COLUMNS, RESULT_COLUMNS, SKIP, AccCheckResult
-from .standards import ERROR, PASS, WARNING
+from ..verdicts import ERROR, PASS, WARNING
 
 RESULT_CSV = "accuracy_checking_result.csv"
 DETAILS_CSV = "accuracy_checking_details.csv"

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field, fields
 from typing import Dict, List, Optional, Tuple
 
 from ..dumpfmt import json_safe
-from .standards import ERROR, PASS, STANDARDS_YAML, WARNING, worse
+from ..verdicts import ERROR, PASS, WARNING, worse
+from .standards import STANDARDS_YAML
 
 SKIP = "skip"
 NOTHING_CHECKED = "nothing checked"

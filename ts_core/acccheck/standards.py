@@ -25,10 +25,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import yaml
 
+from ..dumpfmt.dtypes import dtype_name
+from ..verdicts import ERROR, PASS
+
 STANDARDS_YAML = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standards.yaml")
-PASS, WARNING, ERROR = "pass", "warning", "error"
 BINARY, BENCHMARK, ULP = "binary", "benchmark", "ulp"
-_RANK = {PASS: 0, WARNING: 1, ERROR: 2}
 
 
 @lru_cache(maxsize=8)
@@ -43,18 +44,8 @@ def load_standards(path: str = STANDARDS_YAML) -> Dict[str, Any]:
     return data
 
 
-def dtype_name(dtype: Optional[str]) -> str:
-    """``torch.bfloat16`` / ``BFloat16`` / ``float32`` -> ``bfloat16`` / ``float32``."""
-    name = str(dtype or "").rsplit(".", 1)[-1].lower()
-    return {"half": "float16", "float": "float32", "double": "float64", "bf16": "bfloat16"}.get(name, name)
-
-
 def is_float_dtype(dtype: Optional[str]) -> bool:
     return dtype_name(dtype).startswith(("float", "bfloat", "complex"))
-
-
-def worse(a: str, b: str) -> str:
-    return a if _RANK.get(a, 0) >= _RANK.get(b, 0) else b
 
 
 def round_to(arr: np.ndarray, dtype: str) -> np.ndarray:

@@ -5,14 +5,14 @@ Importing this package needs only numpy; torch is imported only to read msprobe 
 import sys as _sys
 import types as _types
 
+from .align.matching import align, default_normalise, parse_key
 from .api import compare, write_outputs
 from .errors import DumpFormatError, TensorFileError
-from .load.loader import Dump, DumpUnit, find_dumps
-from .align.matching import align, default_normalise, parse_key
 from .judge.metrics import TensorMetrics, compare_arrays, compare_stats
+from .judge.tolerances import DEFAULT_TOLERANCES, Tolerance, pick_tolerance
+from .load.loader import Dump, DumpUnit, find_dumps
 from .model import CompareResult, FirstDivergence, PairResult, Row
 from .report.summary import summarize, summary_text
-from .judge.verdict import DEFAULT_TOLERANCES, Tolerance, pick_tolerance
 
 __all__ = [
     "compare", "summarize", "summary_text", "write_outputs",

@@ -9,16 +9,17 @@ from typing import Callable, Optional
 
 from ..dumpfmt import write_json_atomic
 from .align import global_views, layouts
-from .pipeline import Options
-from .errors import DumpFormatError
-from .report.html import write_html
-from .load.loader import Dump, find_dumps, pair_units
 from .align.matching import default_normalise
+from .errors import DumpFormatError
 from .executor import run_pairs
 from .explain.ranks import rank_summary
-from .report.files import terminal_text, write_csv, write_summary
+from .judge.tolerances import DEFAULT_TOLERANCES
+from .load.loader import Dump, find_dumps, pair_units
 from .model import CompareResult
-from .judge.verdict import DEFAULT_TOLERANCES
+from .pipeline import Options
+from .report.files import write_csv, write_summary
+from .report.html import write_html
+from .report.text import terminal_text
 
 
 RANKS_JSON = "ranks.json"

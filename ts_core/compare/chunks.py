@@ -1,7 +1,7 @@
 """One step/rank pair split into chunks of its tensor reads, so that a few ranks with very large
 dumps still spread over many workers.
 
-The engine reads tensor data in one place (``pipeline._compare_data``, once per compared tensor
+The engine reads tensor data in one place (``judge/verdict._compare_data``, once per compared tensor
 value, always in the same order for the same dumps and options). A *chunk unit* k of K runs the
 whole pair with a gate on that place: it reads and compares the n-th tensor value only when
 ``n % K == k`` and keeps the row state it produced; the others return at once without reading.
@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .errors import TensorFileError
-from .judge.verdict import PASS
+from ..verdicts import PASS
 
 # the gate of the running unit (a context variable: a Dask worker may run several units at
 # once in threads of one process)

@@ -31,7 +31,7 @@ from .errors import DumpFormatError
 from .load.loader import tensor_bytes_read
 from .explain.ranks import timeline
 from .model import PairResult, Row, count_rows
-from .judge.verdict import ERROR
+from ..verdicts import ERROR
 
 EXECUTORS = ("local", "dask")
 # test-only: "LABEL@MARKER" makes the first run of unit LABEL kill its own worker process

@@ -1,4 +1,6 @@
-"""Result objects of a comparison; each serialises to plain JSON."""
+"""The data model of a comparison, shared by every stage: one compared value (``Row``), the
+call that introduced an error (``FirstDivergence``), one step/rank pair (``PairResult``) and
+the whole result (``CompareResult``); each serialises to plain JSON."""
 from __future__ import annotations
 
 import json
@@ -6,8 +8,10 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
 from ..dumpfmt import json_safe as _clean
+from ..verdicts import ERROR, PASS, WARNING
+from .explain.precedence import first_divergence
+from .judge.verdict import result_verdict
 from .report.text import terminal_text
-from .judge.verdict import ERROR, PASS, WARNING
 
 
 @dataclass
@@ -154,7 +158,7 @@ class PairResult:
     modes: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     timeline: Dict[str, Any] = field(default_factory=dict)   # many ranks: see ranks.timeline
-    programs: Dict[str, Any] = field(default_factory=dict)   # engine.same_program: do the dumps match?
+    programs: Dict[str, Any] = field(default_factory=dict)   # align.calls.same_program: do the dumps match?
     diagnosis: List[Dict[str, Any]] = field(default_factory=list)   # explain/diagnosis.py, best first
 
     @property
@@ -205,15 +209,7 @@ class CompareResult:
     def first_divergence(self) -> Optional[FirstDivergence]:
         """The earliest step's first divergence; with many ranks, that of the rank that diverged
         first (``ranks``), else of the lowest rank."""
-        for p in self.pairs:
-            if p.first_divergence:
-                step = next((s for s in self.ranks.get("steps", []) if s["step"] == p.step), None)
-                first = step["diverged_first"] if step else []
-                for q in self.pairs:
-                    if q.step == p.step and first and q.rank == first[0] and q.first_divergence:
-                        return q.first_divergence
-                return p.first_divergence
-        return None
+        return first_divergence(self.pairs, self.ranks)
 
     @property
     def diagnosis(self) -> List[Dict[str, Any]]:
@@ -240,14 +236,8 @@ class CompareResult:
         """The worst row verdict (a first divergence that is a warning leaves it a warning);
         ERROR when the dumps describe different programs; at least WARNING when a step/rank
         has no partner."""
-        if self.different_programs:
-            return ERROR
-        c = self.counts
-        if c.get(ERROR):
-            return ERROR
-        if c.get(WARNING) or self.unpaired_golden or self.unpaired_target:
-            return WARNING
-        return PASS
+        return result_verdict(self.counts, bool(self.different_programs),
+                              bool(self.unpaired_golden or self.unpaired_target))
 
     def summary(self) -> dict:
         fd = self.first_divergence

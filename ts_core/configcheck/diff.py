@@ -8,11 +8,11 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..dumpfmt import STAT_FIELDS
+from ..dumpfmt.dtypes import dtype_name
+from ..verdicts import ERROR, INFO, PASS, RANK as _RANK, WARNING
 from .rules import DETERMINISM_ENV, canonical, hyperparameter_level, package_level, set_by_framework
 
-ERROR, WARNING, INFO, PASS = "error", "warning", "info", "pass"
 SECTIONS = ("packages", "python", "environment", "framework", "hyperparameters", "tsprobe_config", "weights", "data")
-_RANK = {PASS: 0, INFO: 0, WARNING: 1, ERROR: 2}
 _MISSING = "(absent)"
 
 
@@ -134,8 +134,7 @@ def _tensors(section: str, g: Dict[str, Any], t: Dict[str, Any]) -> Tuple[List[F
                                "only on one side"))
             continue
         if a.get("shape") != b.get("shape") or (a.get("dtype") and b.get("dtype") and
-                                                str(a["dtype"]).rsplit(".", 1)[-1].lower() !=
-                                                str(b["dtype"]).rsplit(".", 1)[-1].lower()):
+                                                dtype_name(a["dtype"]) != dtype_name(b["dtype"])):
             out.append(Finding(section, name, f"{a.get('dtype')} {a.get('shape')}", f"{b.get('dtype')} {b.get('shape')}",
                                ERROR, "dtype or shape differs"))
             continue

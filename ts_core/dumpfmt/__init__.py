@@ -20,7 +20,8 @@ from .layout import (CONSTRUCT_JSON, DUMP_JSON, JOURNAL, MONITOR_JSONL, STACK_JS
 from .rankdir import (RankFiles, read_construct, read_header_and_data, read_rank_files, read_stacks, stack_groups,
                       write_rank_files)
 from .records import INPUT, OUTPUT, PARAMETER, STAT_FIELDS, Entry, is_tensor_summary, map_summaries, record_entries
-from .refstats import crc32_hex, reference_stats
+from ..native import crc32_hex     # the md5 field's CRC-32 (ISA-L when installed, else zlib)
+from .refstats import reference_stats
 from .shards import DTENSOR, dtensor_block, merge_shards, shard_stats
 from .token_map import merge_token_maps, read_token_map, write_token_map
 from .by_request import split_by_request

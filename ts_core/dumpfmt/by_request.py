@@ -19,7 +19,8 @@ from .keys import parse_key
 from .layout import DUMP_JSON, TENSOR_DIR, TOKEN_MAP, step_dir_name
 from .rankdir import RankFiles, StackGroup, read_rank_files, write_rank_files
 from .records import PARAMETERS, map_summaries
-from .refstats import crc32_hex, reference_stats
+from ..native import crc32_hex
+from .refstats import reference_stats
 from .token_map import FORMAT, read_token_map
 
 __all__ = ["split_by_request"]
@@ -189,5 +190,5 @@ class _Cutter:
                 return out
             out.update(reference_stats(arr, dtype))
             if "md5" in summ:      # bfloat16 is stored as float32: its CRC would not be the tensor's
-                out["md5"] = crc32_hex(arr) if "bfloat16" not in dtype else None
+                out["md5"] = crc32_hex(np.ascontiguousarray(arr).view(np.uint8)) if "bfloat16" not in dtype else None
         return out

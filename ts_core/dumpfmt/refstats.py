@@ -6,7 +6,6 @@ Max/Min of integer tensors are ints, of bool tensors bools; complex values by ma
 """
 from __future__ import annotations
 
-import zlib
 from typing import Any, Dict
 
 import numpy as np
@@ -27,9 +26,3 @@ def reference_stats(arr: np.ndarray, dtype: str = "") -> Dict[str, Any]:
     if np.issubdtype(arr.dtype, np.integer):
         return {"Max": int(arr.max()), "Min": int(arr.min()), "Mean": mean, "Norm": norm}
     return {"Max": float(f.max()), "Min": float(f.min()), "Mean": mean, "Norm": norm}
-
-
-def crc32_hex(arr: np.ndarray) -> str:
-    """The ``md5`` field of a summary: CRC-32 of the raw bytes, 8 hex digits."""
-    raw = np.ascontiguousarray(arr).view(np.uint8)
-    return f"{zlib.crc32(raw) & 0xFFFFFFFF:08x}"

@@ -15,6 +15,7 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .. import native
+from ..dumpfmt.stack import format_frame
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _TOOL_DIRS = tuple(os.path.join(_ROOT, pkg) + os.sep for pkg in ("ts_core", "ts_integrations"))
@@ -74,7 +75,7 @@ class StackRecorder:
 
     @staticmethod
     def _format(code: Any, line: int) -> str:
-        return f"File {code.co_filename}, line {line}, in {code.co_name}, \n {linecache.getline(code.co_filename, line).strip()}"
+        return format_frame(code.co_filename, line, code.co_name, linecache.getline(code.co_filename, line).strip())
 
     def reset(self) -> None:
         """A new dump folder: stacks are numbered afresh."""

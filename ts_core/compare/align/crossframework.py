@@ -25,27 +25,22 @@ fields are ``pytorch`` and ``mindspore`` (either side may be the golden one):
 from __future__ import annotations
 
 import fnmatch
-import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from ...dumpfmt import FORWARD, PARAMETER, Entry, api_key, module_base, parse_key, split_module_name
 from ...dumpfmt.keys import JIT_PREFIX
 from ..load.loader import Call
+from ..ops import load_mapping
 from .matching import align, default_normalise
 from .pairs import merge
 
-MAPPING_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                            "backends", "mindspore", "torch_mapping.yaml")
 TORCH, MINDSPORE = "pytorch", "mindspore"
 # mindtorch (torch's API on MindSpore, msprobe's MSAdapter scenario) records torch's vocabulary:
 # against PyTorch it is the same framework here, against MindSpore it is crossed like PyTorch.
 _ALIASES = {"pytorch": TORCH, "torch": TORCH, "pt": TORCH, "mindtorch": TORCH,
             "mindspore": MINDSPORE, "ms": MINDSPORE}
 _GROUP_EVAL_LIMIT = 20_000      # above this many forward calls, groups are applied without trying both ways
-
-_cache: Dict[str, dict] = {}
-
 
 def framework_of(name: str) -> str:
     """The vocabulary a dump's framework records: ``pytorch`` (also for mindtorch) or
@@ -56,16 +51,6 @@ def framework_of(name: str) -> str:
 
 def is_cross(golden_fw: str, target_fw: str) -> bool:
     return {framework_of(golden_fw), framework_of(target_fw)} == {TORCH, MINDSPORE}
-
-
-def load_mapping(path: Optional[str] = None) -> dict:
-    import yaml
-
-    path = path or MAPPING_PATH
-    if path not in _cache:
-        with open(path, encoding="utf-8") as f:
-            _cache[path] = yaml.safe_load(f) or {}
-    return _cache[path]
 
 
 @dataclass
@@ -298,5 +283,5 @@ def prepare(golden: List[Call], target: List[Call], golden_fw: str, target_fw: s
     return Prepared(tcalls, mcalls, t_name, m_name, applied)
 
 
-__all__ = ["MAPPING_PATH", "Mapping", "Translator", "Prepared", "prepare", "load_mapping", "is_cross",
+__all__ = ["Mapping", "Translator", "Prepared", "prepare", "load_mapping", "is_cross",
            "framework_of", "merge", "jit_cell_paths", "mark_inside_jit"]

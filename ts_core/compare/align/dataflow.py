@@ -18,45 +18,14 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ...dumpfmt import INPUT, OUTPUT, PARAMETER, Entry, is_tensor_summary, parse_key
-from ..judge.metrics import STAT_NAMES
+from ...dumpfmt import INPUT, OUTPUT, PARAMETER, STAT_FIELDS, Entry, is_tensor_summary, parse_key
+from ...dumpfmt.dtypes import precision
+from ..ops import CAST_OPS, MOVE_OPS, QUERY_OPS, SHAPE_CONST_OPS, STRUCTURAL_OPS, VIEW_OPS
 
-# What a call does to values, by the lower-cased op name (``reshape`` of ``Tensor.reshape``,
-# ``Primitive.reshape.Reshape``; ``to`` of ``Tensor.to``).
-QUERY_OPS = frozenset("""shape size dim numel ndim rank dynamicshape tensorshape __len__ is_contiguous
-is_floating_point is_complex get_device element_size nelement stride data_ptr""".split())
-VIEW_OPS = frozenset("""view reshape flatten unflatten squeeze unsqueeze expand expand_as broadcast_to view_as
-reshape_as contiguous transpose permute t swapaxes swapdims movedim moveaxis clone detach copy identity ravel
-expanddims broadcastto flatten_ alias atleast_1d atleast_2d atleast_3d squeeze_ unsqueeze_ transpose_ t_ mt
-adjoint numpy tensor_copy""".split())
-SHAPE_CONST_OPS = frozenset("zeros_like ones_like empty_like".split())    # values from the input's shape only
-CAST_OPS = frozenset("to float double half bfloat16 type type_as astype cast cpu cuda npu".split())
-# Ops whose outputs hold only values of their inputs, selected, split or joined (their gradients
-# too): no arithmetic, so they cannot introduce an error. msprobe's default risk level leaves
-# several of them out of its dumps.
-MOVE_OPS = frozenset("""split chunk unbind tensor_split split_with_sizes cat concat concatenate stack hstack vstack
-dstack __getitem__ getitem narrow select slice stridedslice flip roll""".split())
-
-# Precision of floating dtypes (higher is more precise); integers and bool are exact.
-_PRECISION = {"float64": 4, "double": 4, "float32": 3, "float": 3, "complex64": 3, "complex128": 4,
-              "float16": 2, "half": 2, "bfloat16": 2, "float8": 1}
 LOSSLESS_RTOL = 1e-6        # statistics this close: the same values (computed by different kernels)
 
 
-def dtype_name(dtype: object) -> str:
-    """``torch.float32``, MindSpore's ``Float32``, numpy's ``float32`` -> ``float32``."""
-    return str(dtype).rsplit(".", 1)[-1].lower()
-
-
-def precision(dtype: object) -> Optional[int]:
-    """Rank of a floating dtype's precision (float64 4 ... float8 1); None for exact types."""
-    name = dtype_name(dtype)
-    if name.startswith(("float8", "hifloat8", "float4")):
-        return 1
-    return _PRECISION.get(name)
-
-
-_FP_FIELDS = ("Max", "Min", "Mean", "Norm", "md5")
+_FP_FIELDS = STAT_FIELDS + ("md5",)
 
 
 def fingerprint(leaf) -> Optional[tuple]:
@@ -98,7 +67,7 @@ def _stat(leaf, k) -> Optional[float]:
 def stats_distance(a: dict, b: dict) -> float:
     """Largest relative difference of Max/Min/Mean/Norm, scaled like compare_stats (by the
     larger of the value and the RMS); inf when nothing is comparable or numel differs."""
-    if a is b or all(a.get(k) == b.get(k) for k in STAT_NAMES) and a.get("Max") is not None:
+    if a is b or all(a.get(k) == b.get(k) for k in STAT_FIELDS) and a.get("Max") is not None:
         return 0.0 if numel(a) == numel(b) else math.inf
     na, nb = numel(a), numel(b)
     if na != nb:
@@ -106,7 +75,7 @@ def stats_distance(a: dict, b: dict) -> float:
     norm = _stat(a, "Norm")
     rms = abs(norm) / math.sqrt(na) if norm is not None and na and math.isfinite(norm) else 0.0
     worst, seen = 0.0, 0
-    for k in STAT_NAMES:
+    for k in STAT_FIELDS:
         x, y = _stat(a, k), _stat(b, k)
         if x is None or y is None:
             continue
@@ -218,7 +187,6 @@ def describe_call(call) -> CallInfo:
     return info
 
 
-STRUCTURAL_OPS = QUERY_OPS | VIEW_OPS | MOVE_OPS | SHAPE_CONST_OPS
 
 
 def moves_only(info: CallInfo) -> bool:

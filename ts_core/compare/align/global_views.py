@@ -21,12 +21,12 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ...dumpfmt import DTENSOR, DumpUnit, is_tensor_summary, parse_key, rank_number
+from ...dumpfmt import DTENSOR, STAT_FIELDS, DumpUnit, is_tensor_summary, parse_key, rank_number
+from ...dumpfmt.shards import submesh_groups
 from ..errors import DumpFormatError
 from . import layouts, shard_tensors
 from .layouts import SPLIT, Layout
-from .tiles import MERGED, at as _at, entry_leaf, concat_shape as _concat_shape, leaves as _leaves, set_at as _set, \
-    submesh_groups as _submesh_groups
+from .tiles import MERGED, at as _at, entry_leaf, concat_shape as _concat_shape, leaves as _leaves, set_at as _set
 
 GLOBAL = "global"
 
@@ -109,7 +109,7 @@ def candidates(leaves: List[Any], backward: bool, partitions: List[List[List[int
         return []
     own = leaves[0].get("shape")
     if all(DTENSOR in x for x in leaves):
-        groups = _submesh_groups(leaves)
+        groups = submesh_groups(leaves)
         if groups is None:
             return [list(leaves[0][DTENSOR]["global_shape"])]
         parts = [list(leaves[g[0]][DTENSOR]["global_shape"]) for g in groups]
@@ -175,8 +175,8 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path, rank_ma
     shard_text: Dict[str, set] = {"golden": set(), "target": set()}
     for step in sorted(set(g_steps) & set(t_steps), key=lambda s: (s is None, s or 0)):
         sides = {}
-        docs = {"golden": [layouts._load(u.json_path) for u in g_steps[step]],
-                "target": [layouts._load(u.json_path) for u in t_steps[step]]}
+        docs = {"golden": [layouts.load_view(u.json_path) for u in g_steps[step]],
+                "target": [layouts.load_view(u.json_path) for u in t_steps[step]]}
         datas = {"golden": [layouts._strip_wrapper(d["data"], docs["target"][0]["data"]) for d in docs["golden"]],
                  "target": [layouts._strip_wrapper(d["data"], docs["golden"][0]["data"]) for d in docs["target"]]}
         parts = {side: layouts.job_partitions(ds) for side, ds in datas.items()}
@@ -228,7 +228,7 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path, rank_ma
 
 def _leaf(cache: Dict[str, Any], view_path: str, key: Optional[str], arg: str) -> Optional[dict]:
     if view_path not in cache:
-        cache[view_path] = layouts._load(Path(view_path))
+        cache[view_path] = layouts.load_view(Path(view_path))
     return entry_leaf(cache[view_path]["data"], key, arg)
 
 
@@ -239,7 +239,7 @@ def _odd_ranks(leaves: Dict[str, Optional[dict]]) -> List[str]:
     for rank, leaf in leaves.items():
         if leaf is None:
             continue
-        sig = (tuple(leaf.get("shape") or ()),) + tuple(leaf.get(k) for k in layouts._STATS)
+        sig = (tuple(leaf.get("shape") or ()),) + tuple(leaf.get(k) for k in STAT_FIELDS)
         versions.setdefault(sig, []).append(rank)
     if len(versions) < 2:
         return []

@@ -33,15 +33,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ...dumpfmt import DTENSOR, DumpUnit, is_tensor_summary, merge_shards, parse_key, rank_number
+from ...dumpfmt import DTENSOR, STAT_FIELDS, DumpUnit, is_tensor_summary, merge_shards, parse_key, rank_number
+from ...dumpfmt.shards import submesh_groups
 from ..errors import DumpFormatError
 from . import shard_tensors
 from .tiles import MERGED, at as _at, entry_leaf, concat_shape as _concat_shape, leaves as _leaves, set_at as _set, \
-    submesh_groups as _submesh_groups, tile_dim as _tile_dim
+    tile_dim as _tile_dim
 
 SAME, SPLIT = "same-batch", "split-batch"
 OWN = "own"
-_STATS = ("Max", "Min", "Mean", "Norm")
 
 
 @dataclass
@@ -103,8 +103,8 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
         units = sorted(t_steps.get(g.step, []), key=lambda u: rank_number(u.rank))
         if not units:
             continue
-        g_data = _load(g.json_path)["data"]
-        t_docs = [_load(u.json_path) for u in units]
+        g_data = load_view(g.json_path)["data"]
+        t_docs = [load_view(u.json_path) for u in units]
         datas = [_strip_wrapper(d["data"], g_data) for d in t_docs]
         rule = forced or detect(datas)
         rules.add(rule)
@@ -147,7 +147,7 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path,
 
 # ---------------------------------------------------------------- reading
 
-def _load(path: Path) -> dict:
+def load_view(path: Path) -> dict:
     try:
         with open(path) as f:
             return json.load(f)
@@ -179,7 +179,7 @@ def _first_input_versions(datas: List[Dict[str, Any]]) -> int:
             if not path or path[0] not in ("input_args", "input_kwargs", "input"):
                 continue
             others = [_at(d.get(key), path) for d in datas]
-            return len({None if o is None else json.dumps([o.get("shape")] + [o.get(s) for s in _STATS])
+            return len({None if o is None else json.dumps([o.get("shape")] + [o.get(s) for s in STAT_FIELDS])
                         for o in others})
     return 1
 
@@ -200,7 +200,7 @@ def data_shards(datas: List[Dict[str, Any]]) -> int:
 def _local(s: dict) -> Optional[Tuple[int, float, float, float, float]]:
     """(count, sum, sum_sq, max, min) of a plain tensor summary."""
     shape = s.get("shape")
-    vals = [s.get(k) for k in _STATS]
+    vals = [s.get(k) for k in STAT_FIELDS]
     if not isinstance(shape, list) or any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in vals):
         return None
     count = math.prod(shape)
@@ -209,14 +209,14 @@ def _local(s: dict) -> Optional[Tuple[int, float, float, float, float]]:
 
 
 def _summary(like: dict, shape: List[int], count: int, total: float, squares: float, mx, mn, how: str) -> dict:
-    out = {k: v for k, v in like.items() if k not in ("data_name", "md5", DTENSOR) + _STATS}
+    out = {k: v for k, v in like.items() if k not in ("data_name", "md5", DTENSOR) + STAT_FIELDS}
     out.update(shape=list(shape), Max=mx, Min=mn, Mean=total / count if count else None,
                Norm=math.sqrt(max(squares, 0.0)), layout=how)
     return out
 
 
 def _same(a: dict, b: dict) -> bool:
-    return a.get("shape") == b.get("shape") and all(a.get(k) == b.get(k) for k in _STATS)
+    return a.get("shape") == b.get("shape") and all(a.get(k) == b.get(k) for k in STAT_FIELDS)
 
 
 def _grid_tiles(leaves: List[dict], golden: list, partitions: Optional[List[List[List[int]]]] = None
@@ -302,7 +302,7 @@ def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, 
     if DTENSOR in own:
         if any(DTENSOR not in s for s in leaves):
             return own, "own"
-        groups = _submesh_groups(leaves)
+        groups = submesh_groups(leaves)
         if groups is not None:      # a DTensor on a sub-mesh (the TP mesh of a 2-D one): merged per group first
             per_rank: List[dict] = [{}] * n
             for group in groups:
@@ -315,10 +315,10 @@ def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, 
             return value, "DTensor merged (sub-mesh)" + ("" if how == "own" else " + " + how)
         merged = merge_shards(leaves)
         block = own[DTENSOR]
-        base = {k: v for k, v in own.items() if k not in ("data_name", "md5", DTENSOR) + _STATS}
+        base = {k: v for k, v in own.items() if k not in ("data_name", "md5", DTENSOR) + STAT_FIELDS}
         base.update(shape=list(block["global_shape"]), layout=MERGED)
         if merged is not None:
-            base.update({k: merged[k] for k in _STATS})
+            base.update({k: merged[k] for k in STAT_FIELDS})
             return base, "DTensor merged"
         if any(p.startswith("Partial") for p in block["placements"]) and all(s[DTENSOR].get("local") for s in leaves):
             count = math.prod(block["global_shape"])
@@ -332,7 +332,7 @@ def _merge_value(leaves: List[dict], r: int, golden: Optional[dict], rule: str, 
         return base, "not mergeable"
     g_shape = golden.get("shape") if golden else None
     shapes = [s.get("shape") for s in leaves]
-    identical = all(s.get("shape") == own.get("shape") and all(s.get(k) == own.get(k) for k in _STATS) for s in leaves)
+    identical = all(s.get("shape") == own.get("shape") and all(s.get(k) == own.get(k) for k in STAT_FIELDS) for s in leaves)
     if identical or g_shape is None or g_shape == own.get("shape"):
         if rule == SPLIT and backward and not identical and g_shape is not None and all(sh == g_shape for sh in shapes):
             locs = [_local(s) for s in leaves]
@@ -441,7 +441,7 @@ def _write_view(doc: dict, view: Dict[str, Any], unit: DumpUnit, out: Path) -> D
 
 def _merged_row(view_path: str, key: str, arg: str) -> bool:
     try:
-        data = _load(Path(view_path))["data"]
+        data = load_view(Path(view_path))["data"]
     except DumpFormatError:
         return False
     leaf = entry_leaf(data, key, arg)
@@ -456,7 +456,7 @@ def tensor_named(pairs: list, fd: Any, view_side: int, rows: list) -> Optional[s
 
     def doc(path: str) -> dict:
         if path not in docs:
-            docs[path] = _load(Path(path))
+            docs[path] = load_view(Path(path))
         return docs[path]
     for p in pairs:
         view, other = (p.target, p.golden) if view_side else (p.golden, p.target)

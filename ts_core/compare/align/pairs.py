@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ...dumpfmt import FORWARD, INPUT, OUTPUT, PARAMETER, Entry, is_tensor_summary
-from .dataflow import fingerprint, numel, precision, stats_distance
-from ..load.loader import Call
+from ...dumpfmt.dtypes import precision
 from ..judge.masks import is_bool
+from ..load.loader import Call
 from ..model import Row
+from .dataflow import fingerprint, numel, stats_distance
 
 ValuePair = Tuple[str, str, Optional[Entry], Optional[Entry], str]     # role, arg, golden, target, note
 

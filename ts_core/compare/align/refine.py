@@ -25,33 +25,18 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ...dumpfmt import BACKWARD, FORWARD, INPUT, OUTPUT, forward_key
-from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, MOVE_OPS, QUERY, CallInfo, Facts, Flow, fingerprint, never_pair, numel,
-                       precision, roots, stats_distance, tensors)
+from ...dumpfmt.dtypes import precision
+from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, QUERY, CallInfo, Facts, Flow, fingerprint, never_pair, numel,
+                       roots, stats_distance, tensors)
+from ..judge.verdict import values_equal
 from ..load.loader import Call
+from ..ops import MOVE_OPS, op_family
 from .matching import align, default_normalise
 from .pairs import CallPair, members, merge
-from ..judge.verdict import values_equal
 
 PAIR_MIN = 3                 # lowest score at which two calls of a gap pair
 DP_LIMIT = 40_000            # larger gaps are split on equal op names first
 _CLOSE, _SIMILAR = 1e-3, 5e-2
-
-_FAMILY = {"biasadd": "add", "realdiv": "div", "truediv": "div", "mm": "matmul", "bmm": "matmul",
-           "batchmatmul": "matmul", "dense": "linear", "addmm": "linear", "fastgelu": "gelu",
-           "reducesum": "sum", "reducemean": "mean", "concat": "cat", "square": "pow",
-           "scaleddotproductattention": "attention", "flashattentionscore": "attention",
-           "softmaxcrossentropywithlogits": "crossentropy", "sparsesoftmaxcrossentropywithlogits": "crossentropy"}
-
-
-def op_family(op: str) -> str:
-    """``__rmul__``/``mul_``/``Mul`` -> ``mul``; ``BiasAdd`` -> ``add``: ops that compute the same kind of thing."""
-    core = op.lower()
-    if core.startswith("__") and core.endswith("__") and len(core) > 5 and core[2] in "ri" \
-            and core[3:-2] in ("add", "sub", "mul", "div", "truediv", "matmul", "pow", "and", "or", "xor", "mod"):
-        core = core[3:-2]
-    core = core.strip("_").replace("_", "")
-    return _FAMILY.get(core, core)
-
 
 class Side:
     """One dump's calls with their facts: what each does and how values flow."""

@@ -24,7 +24,8 @@ import numpy as np
 
 from ...dumpfmt import DTENSOR, is_tensor_summary, parse_key
 from ...dumpfmt.shards import is_pending
-from .tiles import MERGED, at, leaves as tree_leaves, submesh_groups, tile_dim
+from ...dumpfmt.shards import submesh_groups
+from .tiles import MERGED, at, leaves as tree_leaves, tile_dim
 
 REGIONS = "regions"
 

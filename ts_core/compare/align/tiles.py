@@ -3,10 +3,9 @@ concatenate to, and the rank groups of a DTensor on a sub-mesh. Shared by the ra
 assembly of sharded values (shard_tensors.py)."""
 from __future__ import annotations
 
-import math
 from typing import Any, List, Optional, Tuple
 
-from ...dumpfmt import DTENSOR, is_tensor_summary, parse_key, record_entries
+from ...dumpfmt import is_tensor_summary, parse_key, record_entries
 
 MERGED = "merged"        # a view's value merged across ranks (``"layout"`` field of its summary)
 
@@ -68,32 +67,3 @@ def entry_leaf(data: dict, key: Optional[str], arg: str) -> Optional[dict]:
         if e.arg == arg and isinstance(e.leaf, dict):
             return e.leaf
     return None
-
-
-def submesh_groups(leaves: List[dict]) -> Optional[List[List[int]]]:
-    """The rank groups of a DTensor whose mesh is smaller than the job (contiguous blocks: the inner
-    dimension of a 2-D mesh; or strided: its outer one), found from the coordinates: each group
-    holds every coordinate of the mesh once; exactly from ``mesh_ranks`` where the dump recorded
-    it). None when the mesh spans every rank."""
-    n = len(leaves)
-    blocks = [s[DTENSOR] for s in leaves]
-    m = math.prod(blocks[0].get("mesh_shape") or [n])
-    if m >= n or n % m or any(math.prod(b.get("mesh_shape") or [n]) != m for b in blocks):
-        return None
-    recorded = mesh_groups(blocks, n)
-    if recorded is not None:
-        return recorded
-    for groups in ([list(range(g * m, (g + 1) * m)) for g in range(n // m)],
-                   [list(range(j, n, n // m)) for j in range(n // m)]):
-        if all(len({tuple(blocks[i].get("coordinate") or ()) for i in g}) == m for g in groups):
-            return groups
-    return None
-
-
-def mesh_groups(blocks: List[dict], n: int) -> Optional[List[List[int]]]:
-    """The sub-mesh groups as the dump recorded them (each rank's ``mesh_ranks``), each in
-    coordinate order, when they partition ranks 0..n-1; else None."""
-    groups = {tuple(b["mesh_ranks"]) for b in blocks if isinstance(b.get("mesh_ranks"), list)}
-    if len(groups) < 2 or sorted(r for g in groups for r in g) != list(range(n)):
-        return None
-    return [list(g) for g in sorted(groups)]

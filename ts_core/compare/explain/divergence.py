@@ -25,45 +25,19 @@ side, followed through lossless calls (dataflow.Flow).
 """
 from __future__ import annotations
 
-import re
 from typing import Dict, List, Optional, Tuple
 
-from ..align.dataflow import LOSSLESS, MOVE_OPS, Facts, Flow, fingerprint, precision, writes_in_place
-from ..load.loader import INPUT, OUTPUT, PARAMETER, Dump, Entry, is_tensor_summary
+from ...dumpfmt.dtypes import precision
+from ...dumpfmt.stack import user_frame
+from ...verdicts import ERROR, PASS
+from ..align.dataflow import LOSSLESS, Facts, Flow, fingerprint, writes_in_place
 from ..align.matching import FORWARD, forward_key
 from ..align.pairs import CallPair, in_time_order, members
+from ..load.loader import INPUT, OUTPUT, PARAMETER, Dump, Entry, is_tensor_summary
 from ..model import FirstDivergence, Row
-from ..judge.verdict import ERROR, PASS
+from ..ops import MOVE_OPS
 
-_FRAME = re.compile(r"File (?P<file>.+?), line (?P<line>\d+), in (?P<func>.+?),\s*(?P<code>.*)", re.S)
-# Frames that never are "the user's line": the frameworks, the dump tools, the standard library.
-# Model code in site-packages (transformers, ...) does count: it is where the op was called.
-_LIBRARY = re.compile(r"[/\\](torch|mindspore|msprobe|ts_core|ts_integrations)[/\\]|<frozen|"
-                      r"[/\\]lib[/\\]python3\.\d+[/\\](?!site-packages|dist-packages)")
-
-__all__ = ["find_first_divergence", "fingerprint", "user_frame"]
-
-
-def user_frame(frames: List[str]) -> Optional[str]:
-    """The innermost frame outside torch/mindspore, msprobe, tsprobe and the standard library,
-    as 'file:line in func: code'."""
-    if not frames:
-        return None
-    ordered = list(frames)
-    if "in <module>" in ordered[0] and "in <module>" not in ordered[-1]:
-        ordered.reverse()  # written outermost first
-    parsed = []
-    for f in ordered:
-        m = _FRAME.match(f.strip())
-        parsed.append((f, m))
-    for f, m in parsed:
-        path = m.group("file") if m else f
-        if not _LIBRARY.search(path):
-            if m:
-                return f"{m.group('file')}:{m.group('line')} in {m.group('func')}: {m.group('code').strip()}"
-            return f.strip()
-    f, m = parsed[-1]
-    return f"{m.group('file')}:{m.group('line')} in {m.group('func')}: {m.group('code').strip()}" if m else f.strip()
+__all__ = ["find_first_divergence", "fingerprint"]
 
 
 def _lowered(r: Row) -> bool:

@@ -19,8 +19,9 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from ...dumpfmt import parse_key, read_header_and_data, without_direction
+from ...verdicts import ERROR, worse
+from ..judge.verdict import pair_verdict
 from ..model import CompareResult, PairResult, Row
-from ..judge.verdict import ERROR, PASS, WARNING, worse
 
 COLLECTIVE_PREFIXES = ("Distributed", "MintDistributed")
 
@@ -101,7 +102,7 @@ def _step_summary(step, pairs: List[PairResult]) -> Dict[str, Any]:
     pos = {p.rank: _position(p) for p in pairs}
     for p in pairs:
         fd = p.first_divergence
-        entry: Dict[str, Any] = {"rank": p.rank, "verdict": _pair_verdict(p), "first_divergence": None}
+        entry: Dict[str, Any] = {"rank": p.rank, "verdict": pair_verdict(p.first_divergence is not None, p.counts), "first_divergence": None}
         if fd is not None:
             entry["first_divergence"] = {"key": fd.key, "direction": fd.direction, "tensor": fd.tensor,
                                          "reason": fd.reason, "source": fd.source, "module": fd.module,
@@ -116,12 +117,6 @@ def _step_summary(step, pairs: List[PairResult]) -> Dict[str, Any]:
     links = _links(pairs, pos)
     return {"step": step, "ranks": ranks, "diverged_first": first, "collectives": links,
             "explanation": _explain(pairs, first, links, pos)}
-
-
-def _pair_verdict(p: PairResult) -> str:
-    if p.first_divergence is not None or p.counts.get(ERROR):
-        return ERROR
-    return WARNING if p.counts.get(WARNING) else PASS
 
 
 def _links(pairs: List[PairResult], pos: Dict[str, Tuple[float, int]]) -> List[Dict[str, Any]]:
@@ -190,25 +185,3 @@ def _explain(pairs: List[PairResult], first: List[str], links: List[Dict[str, An
         text.append(f"{', '.join(independent)} diverged later, not through a collective whose inputs differ")
     return "; ".join(text)
 
-
-def ranks_text(summary: Dict[str, Any], max_links: int = 5) -> str:
-    """The many-rank part of the terminal summary."""
-    lines = []
-    for s in summary.get("steps", []):
-        step = "" if s["step"] is None else f" step {s['step']}"
-        lines.append(f"ranks{step}: {s['explanation']}")
-        for r in s["ranks"]:
-            fd = r["first_divergence"]
-            if fd is None:
-                lines.append(f"  {r['rank']:<8} {r['verdict']}: no first divergence")
-            else:
-                src = f"  at {fd['source']}" if fd.get("source") else ""
-                lines.append(f"  {r['rank']:<8} {fd['key']} [{fd['direction']}], {fd['collectives_before']} "
-                             f"collective(s) before{src}")
-        for link in s["collectives"][:max_links]:
-            state = ", ".join(f"{rank}: in {v['input'] or '-'} / out {v['output'] or '-'}" if v else f"{rank}: absent"
-                              for rank, v in link["ranks"].items())
-            lines.append(f"  collective {link['key']}: {state}")
-        if len(s["collectives"]) > max_links:
-            lines.append(f"  ... {len(s['collectives']) - max_links} more collectives with differences (ranks.json)")
-    return "\n".join(lines)

@@ -13,15 +13,14 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
-from ...dumpfmt import DTENSOR, find_dumps, parse_key, rank_number, record_entries
-from ..align.tiles import submesh_groups
+from ...dumpfmt import DTENSOR, STAT_FIELDS, find_dumps, parse_key, rank_number, record_entries
+from ...dumpfmt.shards import submesh_groups
 from ..errors import DumpFormatError
 
-_STATS = ("Max", "Min", "Mean", "Norm")
 
 
 def _signature(leaf: dict) -> Tuple:
-    return (tuple(leaf.get("shape") or ()),) + tuple(leaf.get(k) for k in _STATS)
+    return (tuple(leaf.get("shape") or ()),) + tuple(leaf.get(k) for k in STAT_FIELDS)
 
 
 def _replica_group(leaf: dict, rank: int) -> Optional[Tuple]:

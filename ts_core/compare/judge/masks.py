@@ -13,7 +13,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..align.dataflow import dtype_name, numel, precision
+from ...dumpfmt.dtypes import dtype_name, precision
+from ..align.dataflow import numel
 
 MASKED_BELOW = -1e4          # an additive mask's "not attended" entries are at most this
 

@@ -12,8 +12,9 @@ from typing import Any, Mapping, Optional, Tuple
 
 import numpy as np
 
+from ...dumpfmt import STAT_FIELDS
+
 CHUNK = 1 << 20
-STAT_NAMES = ("Max", "Min", "Mean", "Norm")
 
 
 @dataclass
@@ -295,7 +296,7 @@ def _num(v: Any) -> Optional[float]:
 
 
 def has_stats(summary: Optional[Mapping]) -> bool:
-    return bool(summary) and any(_num(summary.get(k)) is not None for k in STAT_NAMES)
+    return bool(summary) and any(_num(summary.get(k)) is not None for k in STAT_FIELDS)
 
 
 def compare_stats(golden: Mapping, target: Mapping) -> StatMetrics:
@@ -308,7 +309,7 @@ def compare_stats(golden: Mapping, target: Mapping) -> StatMetrics:
     # msprobe writes a 0-d tensor's value as its Norm, so it can be negative
     rms = abs(g_norm) / math.sqrt(numel) if (g_norm is not None and numel and math.isfinite(g_norm)) else 0.0
     diffs, rels, nonfinite = {}, {}, []
-    for k in STAT_NAMES:
+    for k in STAT_FIELDS:
         g, t = _num(golden.get(k)), _num(target.get(k))
         if g is None or t is None:
             diffs[k] = rels[k] = None

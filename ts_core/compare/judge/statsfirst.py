@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ...dumpfmt import checksum_kind
-from .metrics import STAT_NAMES
+from ...dumpfmt import STAT_FIELDS, checksum_kind
 
 NOT_READ = "statistics first: {why}, tensor files not read"
 
@@ -25,7 +24,7 @@ def unchanged(golden: Mapping, target: Mapping) -> str:
     kind = checksum_kind(gc)
     if gc is not None and tc is not None and kind == checksum_kind(tc):
         return NOT_READ.format(why=f"{kind or 'checksum'} equal") if str(gc) == str(tc) else ""
-    stats = [(golden.get(k), target.get(k)) for k in STAT_NAMES]
+    stats = [(golden.get(k), target.get(k)) for k in STAT_FIELDS]
     if all(g is not None for g, _ in stats) and all(g == t for g, t in stats):
         return NOT_READ.format(why="Max/Min/Mean/Norm bit-equal")
     return ""

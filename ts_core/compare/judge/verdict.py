@@ -1,79 +1,21 @@
-"""Tolerances by dtype and the pass / warning / error verdict of one row, in words."""
+"""Every verdict rule of a comparison: pass / warning / error of one recorded value (tensor
+data, statistics, checksums, mask encodings, argument values), of a call one side runs alone,
+and of a whole comparison, each with its reason in words. Tolerances: ``tolerances.py``."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Optional, Tuple
+from itertools import permutations
+from typing import Any, Dict, List, Optional, Tuple
 
-from .metrics import StatMetrics, TensorMetrics
-
-PASS, WARNING, ERROR = "pass", "warning", "error"
-_RANK = {PASS: 0, WARNING: 1, ERROR: 2}
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """``rtol``/``atol`` for element-wise checks; ``stat_rtol`` for recorded statistics.
-
-    A statistics difference up to ``stat_rtol`` passes, up to 10x is a warning, beyond is an error.
-    """
-
-    rtol: float
-    atol: float
-    stat_rtol: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-# Float tolerances sit a few units in the last place above each format's precision:
-# float32 eps ~1.2e-7 (cross-framework kernels drift ~1e-6), float16 ~9.8e-4, bfloat16 ~7.8e-3.
-DEFAULT_TOLERANCES = {
-    "float64": Tolerance(1e-7, 1e-9, 1e-7),
-    "float32": Tolerance(1e-4, 1e-5, 1e-4),
-    "float16": Tolerance(1e-3, 1e-3, 1e-3),
-    "bfloat16": Tolerance(1e-2, 1e-3, 8e-3),   # msprobe rounds bf16 statistics to bf16
-    "float8": Tolerance(1e-1, 1e-2, 5e-2),
-    "exact": Tolerance(0.0, 0.0, 0.0),  # integers and bool
-}
-
-_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16",
-            "fp32": "float32", "fp16": "float16", "fp64": "float64", "complex64": "float32",
-            "complex128": "float64"}
-
-
-def dtype_family(dtype: Optional[str]) -> str:
-    """Map 'torch.float32', 'Float32', 'mindspore.bfloat16', 'int64' ... to a tolerance class."""
-    if not dtype:
-        return "float32"
-    name = str(dtype).rsplit(".", 1)[-1].lower()
-    name = _ALIASES.get(name, name)
-    if name.startswith("float8") or name.startswith("hifloat8") or name.startswith("float4"):
-        return "float8"
-    if name in DEFAULT_TOLERANCES:
-        return name
-    if name.startswith(("int", "uint", "bool")):
-        return "exact"
-    return "float32"
-
-
-def pick_tolerance(golden_dtype: Optional[str], target_dtype: Optional[str],
-                   rtol: Optional[float] = None, atol: Optional[float] = None) -> Tolerance:
-    """The tolerance of the more precise of both sides' dtypes, then the user's overrides.
-
-    A float32 tensor that one side computed in bfloat16 is judged as float32: the call where
-    precision was lost fails, not a later exact up-cast of its result. A user ``rtol`` also
-    sets ``stat_rtol``: one knob for "how close is close".
-    """
-    fams = {dtype_family(golden_dtype), dtype_family(target_dtype)}
-    tol = min((DEFAULT_TOLERANCES[f] for f in fams), key=lambda t: (t.rtol, t.atol))
-    return Tolerance(tol.rtol if rtol is None else rtol, tol.atol if atol is None else atol,
-                     tol.stat_rtol if rtol is None else rtol)
-
-
-def worse(a: str, b: str) -> str:
-    return a if _RANK[a] >= _RANK[b] else b
-
+from ...dumpfmt import STAT_FIELDS, checksum_kind, is_tensor_summary
+from ...dumpfmt.dtypes import dtype_name
+from ...verdicts import ERROR, PASS, WARNING, worse
+from ..errors import TensorFileError
+from .masks import encodings_differ, is_bool, same_mask, same_mask_stats
+from ..chunks import gated
+from .metrics import StatMetrics, TensorMetrics, compare_arrays, compare_stats, has_stats, stat_value
+from .statsfirst import unchanged
+from .tolerances import dtype_family, pick_tolerance
 
 def _g(x: Optional[float]) -> str:
     return "n/a" if x is None else f"{x:.6g}"
@@ -149,3 +91,220 @@ def values_equal(g, t) -> bool:
     if isinstance(g, list) and isinstance(t, list):
         return len(g) == len(t) and all(values_equal(a, b) for a, b in zip(g, t))
     return g == t
+
+
+# The verdict of one recorded value pair: the rules in order (shape, empty, mask encodings,
+# element-wise data, statistics, checksums), each with its reason in words.
+
+def _shape(s) -> Optional[list]:
+    return list(s) if isinstance(s, (list, tuple)) else None
+
+
+def _squeezed(shape: list) -> list:
+    return [d for d in shape if d != 1]
+
+
+def _what(leaf) -> str:
+    if leaf is None:
+        return "None"
+    return "a tensor" if is_tensor_summary(leaf) else f"the value {_value(leaf)!r}"
+
+
+def _value(leaf) -> object:
+    return leaf.get("value") if isinstance(leaf, dict) else leaf
+
+
+def judge_value(gl: Any, tl: Any, row: Any, gd: Any, td: Any, opts: Any, exact_shape: bool = True) -> bool:
+    """Fill ``row`` (a ``model.Row``) for one recorded value of a call pair: its dtypes, shapes,
+    metrics, mode, verdict and reason. False when there is nothing to say (equal non-tensor
+    arguments). ``gd``/``td`` load tensor files (``Dump``); ``opts`` gives the user's
+    tolerances, ``stats_only`` and ``equal_nan``. ``exact_shape=False`` (values of two
+    different ops, e.g. a group's boundary): the same elements in another shape or layout
+    compare as equal ([2, 5, 16] vs the [10, 16] MatMul saw)."""
+    g_tensor, t_tensor = is_tensor_summary(gl), is_tensor_summary(tl)
+    if g_tensor:
+        row.golden_dtype, row.golden_shape = gl.get("dtype"), _shape(gl.get("shape"))
+        recorded_stats(row, "golden", gl)
+    if t_tensor:
+        row.target_dtype, row.target_shape = tl.get("dtype"), _shape(tl.get("shape"))
+        recorded_stats(row, "target", tl)
+    if gl is None or tl is None or g_tensor != t_tensor:
+        row.verdict = WARNING
+        row.reason = f"golden recorded {_what(gl)}, target recorded {_what(tl)}"
+        return True
+    if not g_tensor:
+        gv, tv = _value(gl), _value(tl)
+        if values_equal(gv, tv):
+            return False
+        row.mode, row.golden_value, row.target_value = "value", gv, tv
+        row.verdict, row.reason = WARNING, f"argument differs: golden {gv!r}, target {tv!r}"
+        return True
+    _judge_tensor(gl, tl, row, gd, td, opts, exact_shape)
+    return True
+
+
+def recorded_stats(row: Any, side: str, leaf: dict) -> None:
+    """Each side's own Max/Min/Mean/Norm on its row: compare.csv and report.html show both, as
+    msprobe's CSV does (Bench max ... NPU l2norm)."""
+    for k in STAT_FIELDS:
+        setattr(row, f"{side}_{k.lower()}", stat_value(leaf.get(k)))
+
+
+def one_sided(side: str, other: str, harmless: Optional[str]) -> Tuple[str, str]:
+    """Verdict and reason of the values of a call that runs on one side only: a pass when
+    alignment found it harmless (``harmless``: why), else a warning."""
+    if harmless:
+        return PASS, f"call only in {side}: {harmless}, it cannot change a result"
+    return WARNING, f"call only in {side}: no matching call in {other}"
+
+
+def result_verdict(counts: Dict[str, int], different_programs: bool, unpaired: bool) -> str:
+    """A whole comparison's verdict: the worst row verdict (a first divergence that is a
+    warning leaves it a warning); ERROR when the dumps describe different programs; at least
+    WARNING when a step/rank has no partner."""
+    if different_programs:
+        return ERROR
+    if counts.get(ERROR):
+        return ERROR
+    if counts.get(WARNING) or unpaired:
+        return WARNING
+    return PASS
+
+
+def pair_verdict(diverged: bool, counts: Dict[str, int]) -> str:
+    """One step/rank's verdict in the many-rank summary: an error when it has a first
+    divergence or an error row, else the worst row verdict."""
+    if diverged or counts.get(ERROR):
+        return ERROR
+    return WARNING if counts.get(WARNING) else PASS
+
+
+def _numel(shape: Optional[list]) -> Optional[int]:
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _judge_tensor(gl: dict, tl: dict, row: Any, gd: Any, td: Any, opts: Any, exact_shape: bool = True) -> Any:
+    tol = pick_tolerance(row.golden_dtype, row.target_dtype, opts.rtol, opts.atol)
+    exact = "exact" in (dtype_family(row.golden_dtype), dtype_family(row.target_dtype))   # as pick_tolerance
+    row.rtol, row.atol, row.stat_rtol = tol.rtol, tol.atol, tol.stat_rtol
+    notes: List[str] = []
+    if dtype_name(row.golden_dtype) != dtype_name(row.target_dtype):
+        notes.append(f"dtype differs ({row.golden_dtype} vs {row.target_dtype}), compared at the tolerance of "
+                     f"the more precise one")
+    gs, ts = row.golden_shape, row.target_shape
+    layout = False
+    if gs is not None and ts is not None and gs != ts:
+        if _squeezed(gs) == _squeezed(ts):
+            notes.append(f"shapes {gs} and {ts} differ only in size-1 dimensions")
+        elif not exact_shape and _numel(gs) == _numel(ts):
+            layout = True
+            notes.append(f"shapes {gs} and {ts} hold the same number of elements: compared as one value in "
+                         f"two layouts")
+        else:
+            row.mode, row.verdict = "tensor", ERROR
+            row.reason = "; ".join([f"shape differs: golden {gs}, target {ts}"] + notes)
+            return row
+    if gs is not None and ts is not None and 0 in gs and 0 in ts:
+        row.mode, row.verdict, row.reason = "tensor", PASS, "; ".join(["empty tensors"] + notes)
+        return row
+    if encodings_differ(gl, tl):
+        mask = _one_mask(gl, tl, gd, td, opts)
+        if mask is not None:
+            row.mode, row.verdict = mask[0], PASS
+            row.reason = "; ".join([f"the same mask in two encodings: boolean ({mask[1]}) and additive float "
+                                    f"(0 / large negative)"] + notes)
+            return row
+    stats = None
+    if has_stats(gl) and has_stats(tl):
+        stats = compare_stats(gl, tl)
+        for k in STAT_FIELDS:
+            setattr(row, f"{k.lower()}_diff", stats.diffs[k])
+            setattr(row, f"{k.lower()}_rel_diff", stats.rel_diffs[k])
+    kind = checksum_kind(gl.get("md5")) or "checksum"     # crc32 (md5 mode) or xor: compared within a kind
+    if gl.get("md5") is not None and tl.get("md5") is not None \
+            and checksum_kind(gl["md5"]) == checksum_kind(tl["md5"]):
+        row.md5_equal = str(gl["md5"]) == str(tl["md5"])
+
+    unread = unchanged(gl, tl) if opts.stats_first and not layout else ""     # statistics first
+    if unread:
+        notes.append(unread)
+    if not opts.stats_only and not unread and gl.get("data_name") and tl.get("data_name"):
+        try:
+            verdict, reason = gated(lambda r: _compare_data(gl["data_name"], tl["data_name"], r, gd, td, tol, opts,
+                                                            layout), row)
+            if verdict == PASS or not layout or stats is None or stats_verdict(stats, tol.stat_rtol, tol.atol, _numel(gs), exact)[0] != PASS:
+                row.mode, row.verdict, row.reason = "tensor", verdict, "; ".join([reason] + notes)
+                return row
+            notes.append("element-wise in no layout tried; the statistics (which do not depend on the layout) "
+                         "agree")
+        except TensorFileError as e:
+            notes.append(f"{e}; compared statistics instead")
+    elif not opts.stats_only and not unread and (gl.get("data_name") or tl.get("data_name")):
+        side = "target" if gl.get("data_name") else "golden"
+        notes.append(f"{side} has no tensor data; compared statistics")
+
+    if stats is not None:
+        verdict, reason = stats_verdict(stats, tol.stat_rtol, tol.atol, _numel(gs), exact)
+        row.mode = "statistics"
+        if row.md5_equal is True:
+            verdict, reason = PASS, f"bitwise equal ({kind})"
+        elif row.md5_equal is False:
+            verdict, reason = worse(verdict, WARNING), f"bitwise different ({kind}); {reason}"
+    elif row.md5_equal is not None:
+        row.mode = "md5"
+        verdict, reason = (PASS, f"bitwise equal ({kind})") if row.md5_equal else (ERROR, f"bitwise different ({kind})")
+    else:
+        verdict, reason = WARNING, "nothing comparable recorded (no data, statistics or md5)"
+    row.verdict, row.reason = verdict, "; ".join([reason] + notes)
+    return row
+
+
+def _one_mask(gl: dict, tl: dict, gd: Any, td: Any, opts: Any):
+    """(mode, the boolean's convention) when a boolean and a float tensor hold one attention
+    mask (masks.py), from the data when both sides saved it, else from statistics; else None."""
+    b, f = (gl, tl) if is_bool(gl) else (tl, gl)
+    bd, fd = (gd, td) if b is gl else (td, gd)
+    if not opts.stats_only and b.get("data_name") and f.get("data_name"):
+        try:
+            how = same_mask(bd.load_tensor(b["data_name"]), fd.load_tensor(f["data_name"]))
+            return ("tensor", how) if how else None
+        except TensorFileError:
+            pass
+    how = same_mask_stats(b, f) if has_stats(b) and has_stats(f) else None
+    return ("statistics", f"{how}, from statistics") if how else None
+
+
+def _layouts(ga, ta):
+    """Target arrays to try against golden: the same elements in golden's shape, then (for a
+    layout transpose on one side) every axis order of target that gives golden's shape."""
+    yield ta.reshape(ga.shape)
+    gshape = [d for d in ga.shape if d != 1]
+    tt = ta.reshape([d for d in ta.shape if d != 1])
+    if sorted(gshape) == sorted(tt.shape) and 1 < tt.ndim <= 5:
+        for p in permutations(range(tt.ndim)):
+            if list(p) != list(range(tt.ndim)) and [tt.shape[i] for i in p] == gshape:
+                yield tt.transpose(p).reshape(ga.shape)
+
+
+def _compare_data(g_name: str, t_name: str, row: Any, gd: Any, td: Any, tol, opts: Any,
+                  layout: bool = False) -> Tuple[str, str]:
+    ga = gd.load_tensor(g_name)
+    ta = td.load_tensor(t_name)
+    if ga.size != ta.size:
+        return ERROR, f"tensor data size differs: golden {list(ga.shape)}, target {list(ta.shape)}"
+    m = None
+    for cand in (_layouts(ga, ta) if layout else [ta.reshape(ga.shape) if ga.shape != ta.shape else ta]):
+        got = compare_arrays(ga, cand, tol.rtol, tol.atol, equal_nan=opts.equal_nan)
+        if m is None or got.allclose_ratio > m.allclose_ratio:
+            m = got
+        if tensor_verdict(m)[0] == PASS:
+            break
+    for k, v in m.to_dict().items():
+        if hasattr(row, k) and k not in ("rtol", "atol"):
+            setattr(row, k, v)
+    return tensor_verdict(m)

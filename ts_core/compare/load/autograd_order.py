@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ...dumpfmt import BACKWARD, is_tensor_summary, parse_key
+from ...dumpfmt.dtypes import is_exact
 from ...dumpfmt.records import flatten
 
 _PROC = re.compile(r"^proc\d+$")
-_EXACT = ("int", "uint", "bool")
 
 
 @dataclass
@@ -41,8 +41,7 @@ class Reordered:
 
 
 def _is_float(leaf: dict) -> bool:
-    name = str(leaf.get("dtype")).rsplit(".", 1)[-1].lower()
-    return not name.startswith(_EXACT)
+    return not is_exact(leaf.get("dtype"))
 
 
 def _grad_inputs(forward: dict) -> Optional[List[dict]]:

@@ -9,10 +9,9 @@ from typing import Any, List, Sequence
 from ...dumpfmt import json_safe
 from ..model import CSV_COLUMNS, CompareResult, Row
 from .heatmap import heatmap
-from .text import terminal_text
 from .tree import trees
 
-__all__ = ["write_csv", "write_summary", "terminal_text"]
+__all__ = ["write_csv", "write_summary", "csv_value"]
 
 
 def csv_value(v: Any) -> Any:

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .heatmap import heatmap
+from ...verdicts import PASS
 from ..model import CompareResult, FirstDivergence, Row, _clean
 from .tree import trees
-from ..judge.verdict import PASS
 
 # Table columns in display order; the page shows those the comparison filled. Each side's
 # statistics sit next to each other (golden max | target max ...). Tolerances have their own

@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ...dumpfmt import DumpFormatError, read_json, write_text_atomic
 from ..explain.ranks import is_collective, rank_summary
-from .files import csv_value
 from ..model import CSV_COLUMNS, CompareResult, FirstDivergence, PairResult, Row
+from .files import csv_value
 
 SUMMARY_JSON, COMPARE_CSV, MERGED_CSV = "summary.json", "compare.csv", "merged.csv"
 

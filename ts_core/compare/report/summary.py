@@ -6,16 +6,17 @@ import math
 import os
 from typing import Any, Dict, List, Optional
 
-from ...dumpfmt import forward_key
-from ..load.loader import Dump, find_dumps, is_tensor_summary
+from ...dumpfmt import STAT_FIELDS, forward_key
+from ...dumpfmt.stack import one_line
 from ..align.matching import BACKWARD, FORWARD, OTHER
-from ..judge.metrics import STAT_NAMES, _num
+from ..judge.metrics import _num
+from ..load.loader import Dump, find_dumps, is_tensor_summary
 
 
 def _nonfinite(leaf: Any) -> Optional[str]:
     if not is_tensor_summary(leaf):
         return None
-    bad = [k for k in STAT_NAMES if (v := _num(leaf.get(k))) is not None and not math.isfinite(v)]
+    bad = [k for k in STAT_FIELDS if (v := _num(leaf.get(k))) is not None and not math.isfinite(v)]
     return ", ".join(f"{k}={leaf.get(k)}" for k in bad) if bad else None
 
 
@@ -54,7 +55,7 @@ def _source(dump: Dump, key: str) -> Optional[str]:
     """The innermost recorded frame of the call (its forward's stack): ``File F, line L, in
     FUNC: CODE``, or None when the dump has no stack for it."""
     frames = dump.stacks.get(forward_key(key)) or dump.stacks.get(key)
-    return frames[0].replace(", \n ", ": ").strip() if frames else None
+    return one_line(frames[0]) if frames else None
 
 
 def summary_text(items: List[Dict[str, Any]]) -> str:

@@ -1,13 +1,14 @@
 """The terminal summary of a comparison: verdict, first divergence, earliest failing rows.
 
-Takes any object shaped like ``result.CompareResult`` (this module does not import result.py,
-which uses it: no import cycle).
+Takes any object shaped like ``model.CompareResult`` (this module does not import model.py,
+whose ``__str__`` uses it: no import cycle).
 """
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, Dict, List
 
-from ..judge.verdict import ERROR, PASS, WARNING
+from ...verdicts import ERROR, PASS, WARNING
+from ...dumpfmt import STAT_FIELDS
 
 
 def _fmt(v: Any, spec: str = ".4g") -> str:
@@ -62,15 +63,13 @@ def terminal_text(result: Any, max_rows: int = 12) -> str:
     if result.unpaired_golden or result.unpaired_target:
         lines.append(f"unpaired dumps: golden {result.unpaired_golden}, target {result.unpaired_target}")
     if getattr(result, "ranks", None) and result.ranks.get("steps"):
-        from ..explain.ranks import ranks_text     # ranks.py imports result.py, which imports this module
-
         lines.append(ranks_text(result.ranks))
     if result.report_path:
         lines.append(f"report: {result.report_path}")
     return "\n".join(lines)
 
 
-_STATS = ("max", "min", "mean", "norm")
+_STATS = tuple(f.lower() for f in STAT_FIELDS)     # the row attributes golden_max ... target_norm
 
 
 def _stats_lines(metrics: dict) -> List[str]:
@@ -116,7 +115,7 @@ def _unit_lines(pairs) -> List[str]:
     return out
 
 
-# engine.py's one message that is a warning (the dump is partial); the others are notes on how
+# pipeline.py's one message that is a warning (the dump is partial); the others are notes on how
 # a pair was compared (cross-framework mapping, ...)
 _WARNINGS = ("golden dump is marked incomplete", "target dump is marked incomplete")
 
@@ -133,3 +132,26 @@ def _pair_messages(pairs) -> List[str]:
         kind = "warning" if w.startswith(_WARNINGS) else "note"
         out.append(f"{kind}: {w}" + (f" ({len(ps)} step/rank pairs)" if len(ps) > 1 else ""))
     return out
+
+
+def ranks_text(summary: Dict[str, Any], max_links: int = 5) -> str:
+    """The many-rank part of the terminal summary."""
+    lines = []
+    for s in summary.get("steps", []):
+        step = "" if s["step"] is None else f" step {s['step']}"
+        lines.append(f"ranks{step}: {s['explanation']}")
+        for r in s["ranks"]:
+            fd = r["first_divergence"]
+            if fd is None:
+                lines.append(f"  {r['rank']:<8} {r['verdict']}: no first divergence")
+            else:
+                src = f"  at {fd['source']}" if fd.get("source") else ""
+                lines.append(f"  {r['rank']:<8} {fd['key']} [{fd['direction']}], {fd['collectives_before']} "
+                             f"collective(s) before{src}")
+        for link in s["collectives"][:max_links]:
+            state = ", ".join(f"{rank}: in {v['input'] or '-'} / out {v['output'] or '-'}" if v else f"{rank}: absent"
+                              for rank, v in link["ranks"].items())
+            lines.append(f"  collective {link['key']}: {state}")
+        if len(s["collectives"]) > max_links:
+            lines.append(f"  ... {len(s['collectives']) - max_links} more collectives with differences (ranks.json)")
+    return "\n".join(lines)

@@ -20,9 +20,10 @@ import os
 from typing import Any, Dict, List, Optional
 
 from ...dumpfmt import BACKWARD, FORWARD, OTHER, parse_key, read_construct
-from ..align.dataflow import CAST_OPS, QUERY_OPS, VIEW_OPS, op_name
+from ...verdicts import ERROR, PASS, WARNING, worse
+from ..align.dataflow import op_name
 from ..model import PairResult, Row
-from ..judge.verdict import ERROR, PASS, WARNING, worse
+from ..ops import CAST_OPS, QUERY_OPS, VIEW_OPS
 
 LAYOUT_OPS = QUERY_OPS | VIEW_OPS | CAST_OPS     # change no value: folded away in the tree
 _BAR = {PASS: 0, WARNING: 1, ERROR: 2}
