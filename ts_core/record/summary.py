@@ -12,6 +12,7 @@ import weakref
 from typing import Any, Callable, ClassVar, List, Optional, Tuple
 
 from ..dumpfmt import DTENSOR, STAT_FIELDS, shard_stats, value_name, xor_field
+from ..dumpfmt.dtypes import dtype_name, is_exact
 
 
 class TensorAdapter(abc.ABC):
@@ -351,8 +352,8 @@ def _typed(v: Optional[float], dtype: str, field: str) -> Any:
         return v
     kind = _KINDS.get(dtype)
     if kind is None:
-        low = dtype.lower()             # torch.int64, MindSpore Int32
-        kind = _KINDS[dtype] = "bool" if "bool" in low else "int" if "int" in low else "float"
+        name = dtype_name(dtype)        # torch.int64, MindSpore Int32 -> int64, int32
+        kind = _KINDS[dtype] = "bool" if name.startswith("bool") else "int" if is_exact(name) else "float"
     if kind == "bool":
         return bool(v)
     if kind == "int" and abs(v) < 2**53:

@@ -19,6 +19,7 @@ from mindspore import Tensor
 from ...acccheck.outcome import ReplayError, Resolved, describe, import_dotted
 from ...acccheck.plan import CallPlan, OtherArg
 from ...acccheck.replay import flatten_outputs
+from ...dumpfmt.dtypes import dtype_name
 from ._runtime import warm_up
 
 FRAMEWORK = "mindspore"
@@ -32,7 +33,7 @@ _FLOATS = (ms.float16, ms.bfloat16, ms.float32, ms.float64)
 
 
 def ms_dtype(name: str):
-    d = _DTYPES.get(str(name).rsplit(".", 1)[-1].lower())
+    d = _DTYPES.get(dtype_name(name))
     if d is None:
         raise ReplayError(f"unknown MindSpore dtype {name!r}")
     return d

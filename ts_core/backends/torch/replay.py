@@ -16,6 +16,7 @@ import torch
 
 from ...acccheck.outcome import ReplayError, Resolved, describe, import_dotted
 from ...acccheck.plan import CallPlan, OtherArg
+from ...dumpfmt.dtypes import dtype_name
 
 FRAMEWORK = "pytorch"
 _OWNERS = {"Functional": torch.nn.functional, "Torch": torch, "Tensor": torch.Tensor}
@@ -28,7 +29,7 @@ def _orig(fn: Any) -> Any:
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    d = getattr(torch, str(name).rsplit(".", 1)[-1], None)
+    d = getattr(torch, dtype_name(name), None)
     if not isinstance(d, torch.dtype):
         raise ReplayError(f"unknown torch dtype {name!r}")
     return d
