@@ -75,6 +75,9 @@ def main() -> None:
                         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
                         strategy=ModelParallelStrategy(data_parallel_size=dp, tensor_parallel_size=tp))
     trainer.fit(LM(), data)
+    if torch.distributed.is_initialized():      # gloo's threads stopped before exit (an abort at exit otherwise)
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
