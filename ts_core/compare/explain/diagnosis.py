@@ -335,6 +335,14 @@ def _sep(s: str) -> str:
     return f"; {s}" if s else ""
 
 
+def _awaiting_tensors(cause: str, title: str, quoted: str, check: str) -> Hypothesis:
+    """A cause the values could confirm but were not saved: likely when a recorded argument
+    already differs (``quoted``), else only possible."""
+    return Hypothesis(cause, title, 0.75 if quoted else 0.3,
+                      (quoted + "; " if quoted else "") + f"{check} needs the tensor files (task: tensor)",
+                      needs_tensors=True)
+
+
 _ACT_WORDS = ("gelu", "silu", "swish", "relu", "sigmoid", "tanh", "elu", "mish", "softplus", "hardswish", "act")
 _NORM_KINDS = (("rms", "rms"), ("layernorm", "layer"), ("layer_norm", "layer"), ("batchnorm", "batch"),
                ("batch_norm", "batch"), ("groupnorm", ""), ("group_norm", ""), ("instancenorm", ""), ("norm", ""))
@@ -371,10 +379,8 @@ def _check_norm(ctx: _Ctx) -> List[Hypothesis]:
     xg, xt = ctx.main_input()
     yg, yt = ctx.main_output()
     if xg is None or yg is None or yt is None:
-        conf = 0.75 if quoted else 0.3
-        return [Hypothesis("norm_eps", "the normalisation epsilon differs", conf,
-                           (quoted + "; " if quoted else "") + "refitting the norm to each side's output needs the "
-                           "tensor files (task: tensor)", needs_tensors=True)]
+        return [_awaiting_tensors("norm_eps", "the normalisation epsilon differs", quoted,
+                                  "refitting the norm to each side's output")]
     feature = 1 if kind == "batch" and xg.ndim >= 2 else xg.ndim - 1
     w, b = _norm_params(ctx, xg.shape[feature])
     recorded = [v for n, gv, tv in ctx.args if n in ("eps", "epsilon") for v in (gv, tv)]
@@ -405,10 +411,8 @@ def _check_activation(ctx: _Ctx) -> List[Hypothesis]:
     xg, xt = ctx.main_input()
     yg, yt = ctx.main_output()
     if xg is None or yg is None or yt is None:
-        conf = 0.75 if quoted else 0.3
-        return [Hypothesis("activation_approx", "a different activation formula (approximation)", conf,
-                           (quoted + "; " if quoted else "") + "fitting the formulas to each side's output needs "
-                           "the tensor files (task: tensor)", needs_tensors=True)]
+        return [_awaiting_tensors("activation_approx", "a different activation formula (approximation)", quoted,
+                                  "fitting the formulas to each side's output")]
     fg = fit_activation(xg, yg)
     ft = fit_activation(xt if xt is not None else xg, yt)
     if fg is None or ft is None or fg[0] == ft[0]:
