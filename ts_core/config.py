@@ -11,7 +11,7 @@ import json
 import os
 import warnings
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Iterable, List, Mapping, Optional
+from typing import Any, Iterable, List, Mapping, Optional, Union
 
 from .dumpfmt.tensor_pack import TENSOR_FORMATS   # msprobe's one .npy per tensor, or one tar per step and rank
 from .errors import ConfigError, unknown_key
@@ -19,6 +19,7 @@ from .monitor.options import MonitorConfig, parse_monitor
 
 TASKS = ("statistics", "tensor", "structure")
 LEVELS = ("L0", "L1", "mix", "debug")
+EVERY_STEP = "every_step"          # fingerprint: the weights at every dumped step
 DATA_MODES = ("all", "forward", "backward", "input", "output")
 SUMMARY_MODES = ("statistics", "md5", "xor")
 COMPILE_MODES = ("", "boundaries", "shadow", "modules")
@@ -69,7 +70,9 @@ class DebuggerConfig:
     bench_path: str = ""                               # tensor task: diff-only dump against this md5 dump
     diff_nums: int = 1                                 # with bench_path: records saved at most (-1: all)
     tensor_format: str = "files"                       # "packed": one tar per step and rank (docs/dump-format.md)
-    fingerprint: bool = True                           # fingerprint.json per step folder (config-check)
+    # fingerprint.json per step folder (config-check): True = the weights at the first dumped
+    # step only (what the run starts from), "every_step" = at every dumped step, False = off
+    fingerprint: Union[bool, str] = True
     monitor: Optional[MonitorConfig] = None            # monitor mode (ts_core/monitor); None: off
     # torch.compile: boundaries / shadow / modules (docs/distributed-and-compiled.md); "" means
     # the TSPROBE_COMPILE environment variable, else boundaries
@@ -306,9 +309,12 @@ def validate(flat: Mapping[str, Any]) -> DebuggerConfig:
     if "seed" in v and (isinstance(v["seed"], bool) or not isinstance(v["seed"], int)
                         or not 0 <= v["seed"] < 2**32):
         raise ConfigError("seed", v["seed"], "use an int in [0, 2**32)")
-    for name in ("is_deterministic", "async_dump", "stack", "dump_eval", "fingerprint"):
+    for name in ("is_deterministic", "async_dump", "stack", "dump_eval"):
         if name in v:
             _bool(name, v[name])
+    if "fingerprint" in v and v["fingerprint"] != EVERY_STEP and not isinstance(v["fingerprint"], bool):
+        raise ConfigError("fingerprint", v["fingerprint"], f"use true, false or \"{EVERY_STEP}\" (the weights "
+                          "at every dumped step, not only the first)")
     if "framework" in v:
         _choice("framework", v["framework"], ("", "pytorch", "mindspore", "mindtorch"))
     if "on_write_error" in v:

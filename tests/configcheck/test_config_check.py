@@ -69,7 +69,10 @@ def test_what_differs_is_named(tmp_path, golden):
     # at step 0 only the nudged bias differs; after one optimizer step with another lr, all do
     assert [n for s, n in [(f.section, f.name) for f in step0.findings if f.level == "error"] if s == "weights"] \
         == ["2.bias"]
-    assert len([f for f in result.pairs[1].findings if f.section == "weights"]) == 4
+    # step 1's weights are not re-read by default: a result of training, named in a note
+    assert [f for f in result.pairs[1].findings if f.section == "weights"] == []
+    assert result.pairs[1].sections["weights"] == "not recorded"
+    assert any(n.startswith("weights: recorded at step 0, the first dumped step") for n in result.pairs[1].notes)
     perturb = next(f for f in step0.findings if f.name == "perturb")
     assert perturb.level == "error" and (perturb.golden, perturb.target) == (False, True)
     # secrets and unrelated variables are never recorded
@@ -80,8 +83,8 @@ def test_what_differs_is_named(tmp_path, golden):
 
 def test_other_data_is_named(tmp_path, golden):
     result = config_check(golden, train(tmp_path, "data", "--data-seed", "1"), verbose=False)
-    # step 1's weights differ (trained on another batch): a result, not an input error
-    assert errors(result, "weights") == [] and result.pairs[1].sections["weights"] == "result"
+    # step 1's weights (trained on another batch) are a result: not re-read, not an input error
+    assert errors(result, "weights") == [] and result.pairs[1].sections["weights"] == "not recorded"
     assert errors(result, "data")[0] == ("data", "args.0")
     assert result.pairs[0].sections["weights"] == "pass"      # step 0: same weights, other batch
 
@@ -135,10 +138,39 @@ def test_fingerprint_written_once_per_step_before_the_forward(tmp_path, monkeypa
     assert seen_at_forward == [1]             # written before the model's own forward ran
     assert [w[0] for w in writes] == ["step0", "step1"]
     assert "data" in writes[0][1] and "weights" in writes[0][1]
-    assert "data" not in writes[1][1] and "weights" in writes[1][1]
+    # step 1 does not re-read the weights (a result of step 0's training): it names the step that has them
+    assert "data" not in writes[1][1] and "weights" not in writes[1][1] and "weights_step" in writes[1][1]
+    assert read_fingerprint(str(tmp_path / "step1" / "rank"))["weights_step"] == 0
     fp = read_fingerprint(str(tmp_path / "step0" / "rank"))
     assert fp["data"]["args.0"]["shape"] == [2, 4] and fp["data"]["args.0"]["Max"] == 1.0
     assert fp["weights"]["weight"]["Max"] == model.weight.max().item()
+
+
+def test_weights_at_every_step_on_request_and_for_another_model(tmp_path):
+    """``fingerprint: every_step`` re-reads the weights at each dumped step; by default a later
+    step re-reads them only when it is given another model (its weights are then an input)."""
+    def steps(fingerprint, models):
+        root = tmp_path / str(fingerprint)
+        dbg = PrecisionDebugger(dump_path=str(root), level="L0", step=[0, 1, 2], fingerprint=fingerprint)
+        for m in models:
+            dbg.start(m)
+            m(torch.ones(2, 4)).sum().backward()
+            with torch.no_grad():
+                m.weight.add_(1.0)          # training moved the weights
+            dbg.stop()
+            dbg.step()
+        dbg.close()
+        return [read_fingerprint(str(root / f"step{i}" / "rank")) for i in range(len(models))]
+
+    torch.manual_seed(0)
+    a, b = nn.Linear(4, 3), nn.Linear(4, 3)
+    every = steps("every_step", [a, a])
+    assert [doc["weights"]["weight"]["Max"] for doc in every] == pytest.approx(
+        [a.weight.max().item() - 2, a.weight.max().item() - 1])
+    first, later, other = steps(True, [a, a, b])
+    assert "weights" in first and "weights_step" not in first
+    assert "weights" not in later and later["weights_step"] == 0
+    assert other["weights"]["weight"]["Max"] == pytest.approx(b.weight.max().item() - 1) and "weights_step" not in other
 
 
 def test_record_hyperparameters_forms(tmp_path):
@@ -247,7 +279,9 @@ def test_mindspore_fingerprint(tmp_path):
                        capture_output=True, cwd=ROOT, env=env, timeout=300)
     doc = read_fingerprint(str(tmp_path / "a" / "step1" / "rank"))
     assert doc["framework"]["mindspore"]["device_target"] == "CPU"
-    assert set(doc["weights"]) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert doc["weights_step"] == 0 and "weights" not in doc     # read at the first dumped step
+    assert set(read_fingerprint(str(tmp_path / "a" / "step0" / "rank"))["weights"]) == \
+        {"0.weight", "0.bias", "2.weight", "2.bias"}
     assert doc["data"]["args.0"]["Max"] == 1.0                  # step 1's first batch: all ones
     assert config_check(str(tmp_path / "a"), str(tmp_path / "b"), verbose=False).verdict == "pass"
     other = config_check(str(tmp_path / "a"), str(tmp_path / "c"), verbose=False)   # another seed
@@ -255,10 +289,11 @@ def test_mindspore_fingerprint(tmp_path):
     assert ("framework", "mindspore.seed") in [(f.section, f.name) for f in other.pairs[0].findings]
 
 
-def test_later_step_weights_are_results_not_config_errors(tmp_path, golden):
+def test_later_step_weights_are_results_not_config_errors(tmp_path):
     """Issue 25: another learning rate makes step 1's weights differ: a result of training, not
     a config error. The inputs (step 0's weights, the data, the config) are judged as before."""
-    target = train(tmp_path, "lr", "--lr", "0.2")
+    golden = train(tmp_path, "every", "--every-step")           # fingerprint: every_step
+    target = train(tmp_path, "lr", "--lr", "0.2", "--every-step")
     result = config_check(golden, target, verbose=False)
     step0, step1 = result.pairs
     assert errors(result) == [("hyperparameters", "lr")] * 2        # the one input that differs, at each step

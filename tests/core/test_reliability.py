@@ -57,17 +57,27 @@ def test_no_half_written_json_when_the_disk_fills(tmp_path, monkeypatch):
     dbg.stop()                                    # first complete dump.json
     rank_dir = tmp_path / "d" / "step0" / "rank"
     first = load_dump(str(rank_dir))
-    real_fsync = os.fsync
+    class FillsUp:              # the temp file gets half of the text, then the disk is full
+        def __init__(self, f):
+            self.f = f
 
-    def full_disk(fd):          # the temp file holds part of the text when the disk fills
-        raise OSError(28, "No space left on device")
+        def write(self, text):
+            self.f.write(text[:len(text) // 2])
+            self.f.flush()
+            raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(atomic.os, "fsync", full_disk)
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr(atomic, "open", lambda *a, **k: FillsUp(open(*a, **k)), raising=False)
     dbg.start(model)
     model(x).sum().backward()
     with pytest.warns(RuntimeWarning, match="No space left"):
         dbg.stop()
-    monkeypatch.setattr(atomic.os, "fsync", real_fsync)
+    monkeypatch.delattr(atomic, "open")
     assert load_dump(str(rank_dir)) == first      # old complete file, not a torn one
     assert not list(rank_dir.glob("*.tmp*"))
     dbg.close()

@@ -3,9 +3,13 @@ step/rank folder: ``fingerprint.json`` next to dump.json.
 
 At ``start()`` of a newly opened step folder: installed packages and Python (once per process),
 the environment variables that matter (``rules.py``), the framework's determinism and precision
-settings, the command line and hyperparameters, the tsprobe config, and per parameter its
-dtype, shape and statistics (one batched device transfer, as for dumped tensors) plus a CRC-32
-when the model's parameters total at most ``CRC_LIMIT`` bytes. At the model's first forward in
+settings, the command line and hyperparameters, the tsprobe config; and at the first dumped
+step (every dumped step with ``fingerprint: every_step``) per parameter its dtype, shape and
+statistics (one batched device transfer, as for dumped tensors) plus a CRC-32 when the model's
+parameters total at most ``CRC_LIMIT`` bytes. The weights a run starts from are its input; a
+later step's are a result of training that the dump itself records, and re-reading them cost
+about a fifth of an L0 dumped step's overhead (docs/performance.md): a later step's document
+says ``weights_step``, the step whose folder holds them. At the model's first forward in
 that step: the same for its inputs (the batch), through a one-shot forward pre-hook (torch: it
 removes itself; MindSpore, which iterates its hook dict while calling them: it goes inert and is
 removed at the next dumped step or ``close()``). Reading only: the model's numbers are untouched.
@@ -28,6 +32,7 @@ from ..backends._depth import internal
 from ..model_hooks import ModelHook, hooks_of
 from ..dumpfmt import STAT_FIELDS, rank_number, shard_stats, write_fingerprint
 from ..dumpfmt.fingerprint import FINGERPRINT_VERSION
+from ..config import EVERY_STEP
 from .rules import parse_argv, recorded_env
 
 CRC_LIMIT = 64 * 2**20          # parameters up to this many bytes also get a CRC-32 (a host copy)
@@ -197,6 +202,7 @@ class Recorder:
         self.pending: Dict[str, TensorSummary] = {}       # async_dump: section -> unresolved summary
         self.unwritten = False        # the document changed since the file was last written
         self._config: Optional[tuple] = None
+        self.weights_at: Optional[tuple] = None     # (step, the models' ids) the weights were read at
 
     def start(self, model: Any) -> None:
         dbg = self.debugger()
@@ -207,16 +213,22 @@ class Recorder:
         self.remove_hook()
         self.folder = folder
         models = model if isinstance(model, (list, tuple)) else [model]
-        named = [(f"{i}.{n}" if len(models) > 1 else n, t) for i, m in enumerate(models) if m is not None
-                 for n, t in _named_tensors(m)]
-        size = sum(_nbytes(t) for _, t in named)
         static = _static()
         self.doc = {"version": FINGERPRINT_VERSION, "step": dbg.current_step, "rank": self._rank(folder),
                     "python": static["python"], "platform": static["platform"], "packages": static["packages"],
                     "environment": environment(), "framework": framework_settings(), "argv": list(sys.argv),
                     "hyperparameters": {**parse_argv(sys.argv[1:]), **self.hyperparameters},
                     "tsprobe_config": self._config_doc(dbg.config)}
-        self._summarize("weights", named, crc=size <= CRC_LIMIT, defer=dbg.config.async_dump)
+        models_key = tuple(id(m) for m in models)
+        if dbg.config.fingerprint == EVERY_STEP or self.weights_at is None or self.weights_at[1] != models_key:
+            named = [(f"{i}.{n}" if len(models) > 1 else n, t) for i, m in enumerate(models) if m is not None
+                     for n, t in _named_tensors(m)]
+            size = sum(_nbytes(t) for _, t in named)
+            self._summarize("weights", named, crc=size <= CRC_LIMIT, defer=dbg.config.async_dump)
+            self.weights_at = (dbg.current_step, models_key)
+        else:       # a later step's weights are a result of training, not an input: not re-read
+            self.doc["weights_step"] = self.weights_at[0]
+            self.unwritten = True
         root = models[0] if models else None
         if root is not None and hasattr(root, "register_forward_pre_hook"):
             self.handle = hooks_of(root).add(_FirstBatch(self._first_batch))

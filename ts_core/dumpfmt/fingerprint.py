@@ -24,7 +24,7 @@ FINGERPRINT_VERSION = 1
 
 def write_fingerprint(folder: str, doc: Dict[str, Any]) -> str:
     path = os.path.join(folder, FINGERPRINT_JSON)
-    write_json_atomic(path, doc)
+    write_json_atomic(path, doc, fsync=False)       # a per-step file: see write_atomic
     return path
 
 

@@ -84,8 +84,9 @@ def write_rank_files(folder: str, header: Dict[str, Any], data: Dict[str, Any],
                      stacks: Sequence[StackGroup], construct: Dict[str, Optional[str]],
                      data_encoded: bool = False) -> None:
     """dump.json, stack.json and construct.json, each complete or not at all, one record per line.
-    ``data_encoded``: the records are JSON text already."""
-    write_text_atomic(os.path.join(folder, DUMP_JSON), json_by_line(header, "data", data, encoded=data_encoded))
+    ``data_encoded``: the records are JSON text already. Not fsynced (``write_atomic``)."""
+    write_text_atomic(os.path.join(folder, DUMP_JSON), json_by_line(header, "data", data, encoded=data_encoded),
+                      fsync=False)
     groups = {str(i): [list(keys), list(frames)] for i, (keys, frames) in enumerate(stacks)}
-    write_text_atomic(os.path.join(folder, STACK_JSON), json_by_line(groups))
-    write_text_atomic(os.path.join(folder, CONSTRUCT_JSON), json_by_line(construct))
+    write_text_atomic(os.path.join(folder, STACK_JSON), json_by_line(groups), fsync=False)
+    write_text_atomic(os.path.join(folder, CONSTRUCT_JSON), json_by_line(construct), fsync=False)
