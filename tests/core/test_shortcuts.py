@@ -215,3 +215,36 @@ def test_tensor_task_still_names_every_file(tmp_path, monkeypatch):
     assert [s["data_name"] for s in cat["input_args"][0]] == ["Torch.cat.0.forward.input.0.0.npy",
                                                               "Torch.cat.0.forward.input.0.1.npy"]
     assert made and os.path.isfile(os.path.join(rank, "dump_tensor_data", "Torch.cat.0.forward.input.0.0.npy"))
+
+
+@needs_native
+def test_md5_of_a_non_contiguous_tensor_reads_the_statistics_copy():
+    """md5: the statistics of a non-contiguous tensor copy it once; the CRC reads that copy
+    (one ``contiguous()`` per summary, not two) and equals zlib's CRC of the values laid out
+    row-major. A tensor changed in place after its statistics gets the CRC of its new bytes."""
+    import zlib
+
+    from torch.overrides import TorchFunctionMode
+
+    class Copies(TorchFunctionMode):
+        n = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.contiguous:
+                Copies.n += 1
+            return func(*args, **(kwargs or {}))
+
+    summ = Summarizer(TorchAdapter(), summary_mode="md5")
+    t = torch.randn(5, 7, generator=torch.Generator().manual_seed(3)).t()
+    with Copies():
+        out = summ.summarize(t, "", False)
+    assert Copies.n == 1
+    assert out["md5"] == f"{zlib.crc32(np.ascontiguousarray(t.numpy()).tobytes()):08x}"
+    assert out["Max"] == t.max().item()
+
+    ad = TorchAdapter()
+    ad.reuse_copies = True
+    u = torch.randn(4, 6, generator=torch.Generator().manual_seed(4)).t()
+    ad.stats(u)
+    u.mul_(2)                   # after the statistics' copy: that copy is stale
+    assert ad.crc32(u) == f"{zlib.crc32(np.ascontiguousarray(u.numpy()).tobytes()):08x}"

@@ -146,6 +146,8 @@ class Summarizer:
         self._host_summary: Optional[Callable[[Any, bool], Optional[dict]]] = \
             adapter.host_summary if fast else None
         self._host_md5 = summary_mode == "md5" and not defer      # async_dump: CRCs from copies, later
+        if self._host_md5 and hasattr(adapter, "reuse_copies"):
+            adapter.reuse_copies = True      # the CRC right after the statistics reads their copy
         # Exact types the adapter's tensors have (``tensor_types``, optional): tested with one set
         # lookup before the ``is_tensor`` call, on every recorded value.
         self._tensor_types = frozenset(getattr(adapter, "tensor_types", ()))

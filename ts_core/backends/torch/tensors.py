@@ -157,6 +157,10 @@ class TorchAdapter(TensorAdapter):
         self._crcs: Dict[Any, Tuple[Any, int, Any, int]] = {}      # the same for CRC-32s
         self._native = native.Stats() if native.available() else None
         self._dtype_names = _DtypeNames()
+        # summary_mode md5 (set by the Summarizer): the contiguous copy the statistics made of a
+        # non-contiguous tensor is kept for the CRC asked next of the same tensor, one copy, not two
+        self.reuse_copies = False
+        self._copy: Optional[Tuple[Any, int, torch.Tensor]] = None    # (tensor ref, version, copy)
 
     def is_tensor(self, value: Any) -> bool:
         return isinstance(value, torch.Tensor)
@@ -249,7 +253,10 @@ class TorchAdapter(TensorAdapter):
             if code is not None:
                 if not contiguous:               # one copy, then one pass: cheaper than 3 passes
                     with torch.no_grad():
-                        t = t.contiguous()
+                        copy = t.contiguous()
+                    if self.reuse_copies:
+                        self._copy = (weakref.ref(t), t._version, copy)
+                    t = copy
                 row = self._native.row(t.data_ptr(), n, code)
                 if row is not None:          # NaN/Inf: the framework path propagates them exactly
                     return row
@@ -314,6 +321,7 @@ class TorchAdapter(TensorAdapter):
     def reset(self) -> None:
         self._recent.clear()
         self._crcs.clear()
+        self._copy = None
 
     @staticmethod
     def _stats_to_host(handles: List[Any]) -> List[List[Optional[float]]]:
@@ -343,10 +351,12 @@ class TorchAdapter(TensorAdapter):
         return self._reuse(self._crcs, data, n, self._crc32) if type(data) in _PLAIN_TYPES \
             else self._crc32(data, n, False)
 
-    @staticmethod
-    def _crc32(t: torch.Tensor, n: int, contiguous: bool) -> str:
+    def _crc32(self, t: torch.Tensor, n: int, contiguous: bool) -> str:
         if contiguous and t.is_cpu:          # the tensor's own bytes, no torch call
             return native.crc32_hex((ctypes.c_ubyte * (n * t.element_size())).from_address(t.data_ptr()))
+        kept, self._copy = self._copy, None
+        if kept is not None and kept[0]() is t and kept[1] == t._version:     # the statistics' copy
+            return self._crc32(kept[2], n, True)
         with torch.no_grad():
             raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
         return native.crc32_hex(raw)
