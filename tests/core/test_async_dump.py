@@ -20,6 +20,8 @@ from .models import make
 
 def _journal_data_lines(rank):
     path = os.path.join(rank, JOURNAL)
+    if not os.path.exists(path):        # created by the first flush that writes a line
+        return []
     with open(path) as f:
         return [line for line in f if json.loads(line)["t"] == "data"]
 

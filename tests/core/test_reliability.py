@@ -1,6 +1,7 @@
 """Write failures warn once and keep training alive; a killed run keeps what it collected."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -258,6 +259,49 @@ def test_record_keys_cannot_escape_the_dump_folder(tmp_path):
     rec = load_dump(str(tmp_path / "d" / "step0" / "rank"))["data"]["../../escape.0.debug"]
     assert "/" not in rec["data_name"]
     assert os.path.isfile(tmp_path / "d" / "step0" / "rank" / "dump_tensor_data" / rec["data_name"])
+
+
+def test_a_short_step_creates_no_journal_and_a_later_one_holds_the_whole_step(tmp_path, monkeypatch):
+    """The journal is made by the first flush with lines dump.json does not hold: none for a
+    step that ends before the flush interval; when records come after a stop() of the same
+    step and are flushed, the journal is created with every line of the step, so recover alone
+    rebuilds all of it."""
+    from ts_core.dumpfmt import JOURNAL as JOURNAL_NAME
+    from ts_core.record import collector as collector_mod
+    from ts_core.writer import journal as journal_mod
+
+    monkeypatch.setattr(collector_mod, "FLUSH_SECONDS", 3600.0)      # no flush by time in this test
+    created = []
+    real_open = os.open
+    monkeypatch.setattr(journal_mod.os, "open", lambda path, *a: created.append(path) or real_open(path, *a))
+    model, x = make("mlp")
+    dbg = PrecisionDebugger(dump_path=str(tmp_path / "d"), level="mix", step=[0, 1])
+    rank = tmp_path / "d" / "step0" / "rank"
+    dbg.start(model)
+    model(x).sum().backward()
+    dbg.stop()
+    first = load_dump(str(rank))["data"]
+    assert created == [] and not (rank / JOURNAL_NAME).exists() and len(first) > 5
+    dbg.start(model)                    # the same step again (a second micro-batch)
+    model(x * 2).sum().backward()
+    dbg._collector.flush()              # what the interval or the idle flusher does
+    assert created == [str(rank / JOURNAL_NAME)]
+    shutil.copy(rank / JOURNAL_NAME, tmp_path / "journal.copy")
+    dbg.stop()
+    final = load_dump(str(rank))["data"]
+    assert set(first) < set(final)
+    dbg.step()
+    dbg.close()
+    assert not (rank / JOURNAL_NAME).exists()       # complete: removed
+    alone = tmp_path / "alone" / "step0" / "rank"
+    alone.mkdir(parents=True)
+    shutil.copy(tmp_path / "journal.copy", alone / JOURNAL_NAME)
+    assert recover(str(alone)) == len(final)
+    rebuilt = load_dump(str(alone))["data"]
+    assert set(rebuilt) == set(final)
+    # parameters_grad records are re-taken at stop(), after the journal was copied
+    assert {k: v for k, v in rebuilt.items() if "parameters_grad" not in k} == \
+        {k: v for k, v in final.items() if "parameters_grad" not in k}
 
 
 def test_tsprobe_recover_cli(tmp_path, capsys):

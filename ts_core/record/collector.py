@@ -124,7 +124,7 @@ class Collector:
 
     def finalize(self) -> None:
         """Everything collected so far is on disk as complete JSON files."""
-        self.flush()
+        self.flush(but=self.dump)           # its journal: only what its JSON files will not hold
         if self.dump is not None:
             self.dump.finalize()
 
@@ -325,7 +325,9 @@ class Collector:
         if self.cfg.level in ("L0", "mix"):
             dump.add_construct(key, parent)
 
-    def flush(self) -> None:
+    def flush(self, but: Optional[DumpDir] = None) -> None:
+        """Queued records into their step folders, and the folders' journal lines to the OS
+        (except `but`'s: it is finalized next)."""
         with self._flush_lock:
             n = len(self._pending)      # records appended meanwhile (another thread) stay queued
             self.summ.resolve()         # covers every record among the first n
@@ -335,7 +337,8 @@ class Collector:
                 dumps[id(dump)] = dump
             del self._pending[:n]
             for dump in dumps.values():
-                dump.flush()
+                if dump is not but:
+                    dump.flush()
             self._last_flush = time.monotonic()
 
     @property

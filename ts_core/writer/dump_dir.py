@@ -122,8 +122,11 @@ class DumpDir:
 
     # -- finishing ----------------------------------------------------------------------
     def finalize(self) -> None:
-        """Write the three JSON files (complete, or not at all). Cheap when nothing changed."""
-        self.flush()
+        """Write the three JSON files (complete, or not at all). Cheap when nothing changed.
+        A journal that exists is brought up to date first; one that does not is created only
+        if writing the JSON files fails (``Journal.covered``)."""
+        if self._journal is not None and self._journal.created:
+            self.flush()
         if self._tensors is not None:
             self._tensors.drain()
             try:
@@ -141,6 +144,15 @@ class DumpDir:
             self._dirty = False
         except OSError as exc:
             self._failed(exc)
+        if self._journal is None:
+            return
+        if self._dirty:
+            self.flush()            # the JSON files failed: the journal is what recover reads
+        else:
+            try:
+                self._journal.covered()
+            except OSError as exc:
+                self._failed(exc)
 
     def close(self) -> None:
         """Finalize, stop the tensor writer, close the journal: each runs even when one before
@@ -159,8 +171,9 @@ class DumpDir:
         if self._journal is None:
             return
         try:
+            created = self._journal.created
             self._journal.close()
-            if not self.incomplete:
+            if created and not self.incomplete:
                 os.unlink(self._journal.path)
         except OSError as exc:
             self._failed(exc)
