@@ -89,6 +89,9 @@ class Collector:
         self._plain_bases: Dict[str, bool] = {}     # base name -> has no forward/backward part
         w = cfg.wants
         self.want = {(d, p): w(d, p) for d in (FORWARD, BACKWARD) for p in ("input", "output")}
+        # statistics tasks: no value of any record needs a name (no tensor file, nothing held)
+        self._unnamed = not self._files and self.diff is None
+        self._hierarchy = cfg.level in ("L0", "mix")       # construct.json has entries
 
     # -- step folders -------------------------------------------------------------------
     def forget_seen_values(self) -> None:
@@ -189,10 +192,10 @@ class Collector:
         """Summaries of a record's positional values (``KEY.part.i``). Value names only name
         tensor files and held values: without either (every statistics task) none is built,
         ~2,000 names a GPT-2 step."""
-        s = self.summ.summarize
         if files or hold is not None:
+            s = self.summ.summarize
             return [s(v, value_name(key, part, i), files, hold) for i, v in enumerate(values)]
-        return [s(v, "", False) for v in values]
+        return self.summ.plain(values)
 
     def _named(self, key: str, part: str, values: dict, files: bool, hold: Optional[Held]) -> dict:
         """Summaries of a record's named values (``KEY.part.name``: keyword arguments, parameters)."""
@@ -203,7 +206,15 @@ class Collector:
 
     def forward_inputs(self, call: Call, args: Any, kwargs: Optional[dict]) -> None:
         rec: Dict[str, Any] = {}
-        if self.want[FORWARD, "input"]:
+        if self._unnamed and self.want[FORWARD, "input"]:       # every statistics task
+            summ = self.summ
+            rec["input_args"] = summ.plain(args)
+            if kwargs:
+                s = summ.summarize
+                rec["input_kwargs"] = {k: s(v, "", False) for k, v in kwargs.items()}
+            else:
+                rec["input_kwargs"] = {}
+        elif self.want[FORWARD, "input"]:
             key = call.fwd_key
             files, hold = self.files_for(key), self._hold()
             rec["input_args"] = self._values(key, "input", args, files, hold)
@@ -216,6 +227,15 @@ class Collector:
     def forward_outputs(self, call: Call, output: Any, params: Optional[Dict[str, Any]] = None) -> None:
         rec = call.record if call.record is not None else {}
         key = call.fwd_key
+        if self._unnamed and not params:                        # every statistics task
+            if self.want[FORWARD, "output"]:
+                rec["output"] = self.summ.plain(output if isinstance(output, (list, tuple)) else (output,))
+            if self.want[FORWARD, "input"] or self.want[FORWARD, "output"]:
+                self._emit(call.dump, key, rec)
+                if self._hierarchy:
+                    call.dump.add_construct(key, call.parent_key)
+            call.record = None
+            return
         files, hold = self.files_for(key), self._hold()
         if self.want[FORWARD, "output"]:
             outs = output if isinstance(output, (list, tuple)) else [output]
@@ -322,7 +342,7 @@ class Collector:
         return True
 
     def _construct(self, dump: DumpDir, key: str, parent: Optional[str]) -> None:
-        if self.cfg.level in ("L0", "mix"):
+        if self._hierarchy:
             dump.add_construct(key, parent)
 
     def flush(self, but: Optional[DumpDir] = None) -> None:

@@ -193,6 +193,24 @@ class Summarizer:
             return {"type": "ellipsis", "value": "..."}
         return {"type": type(value).__name__, "value": None}
 
+    def plain(self, values: Any) -> list:
+        """``[summarize(v, "", False) for v in values]``: the summaries of a record's values when
+        no tensor file or held value needs a name (every statistics task), with the host
+        shortcut taken here, one call per tensor less (~2,000 summaries a GPT-2 L1 step)."""
+        host, tensor_types, s = self._host_summary, self._tensor_types, self.summarize
+        if host is None or self._host_content:
+            return [s(v, "", False) for v in values]
+        md5 = self._host_md5
+        out = []
+        for v in values:
+            if type(v) in tensor_types:
+                row = host(v, md5)
+                if row is not None:
+                    out.append(row)
+                    continue
+            out.append(s(v, "", False))
+        return out
+
     def tensor(self, t: Any, name: str, files: bool = True, hold: Optional[list] = None) -> dict:
         ad = self.adapter
         out = self._host_summary(t, self._host_md5) if self._host_summary is not None else None
