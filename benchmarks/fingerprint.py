@@ -1,17 +1,19 @@
 """Cost of the config-check fingerprint (config key ``fingerprint``) per dumped step.
 
 A CPU GPT-2 (4 layers, n_embd 256: 5.3 M parameters, 20 MB, so the parameters also get a
-CRC-32) trains with a statistics L1 dump of every step, once with ``fingerprint: false`` and once
-with ``true``, interleaved in one process; the figure is the median process CPU time per step
-and the ratio of the two, and the median wall time per step (the fingerprint's JSON writes are
-fsynced, which process CPU time does not see). The first fingerprint of a process also reads the installed packages
-(once); it is reported apart.
+CRC-32) trains with a statistics L1 dump, once with ``fingerprint: false`` and once with
+``true``, interleaved in one process. Two figures: a run's first dumped step (a new debugger
+each time: the weights are read), and its later dumped steps (one debugger over several steps:
+the weights are read only with ``fingerprint: every_step``, measured too); each the median
+process CPU time per step, its ratio to ``false``, and the median wall time. The first
+fingerprint of a process also reads the installed packages (once); it is reported apart.
 
     python benchmarks/fingerprint.py [--steps 8] [--layers 4] [--embd 256]
 """
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
@@ -28,6 +30,7 @@ def main() -> None:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    os.environ.setdefault("TSPROBE_QUIET", "1")
     from ts_core import PrecisionDebugger
     from ts_core.configcheck import collect
 
@@ -60,6 +63,22 @@ def main() -> None:
             if i:                      # the first round warms up
                 times[fp].append(spent)
                 walls[fp].append(wall)
+    later = {False: [], True: [], "every_step": []}
+    for _ in range(3):                 # later steps: one debugger per run, runs interleaved
+        for fp in later:
+            dump = tempfile.mkdtemp(prefix="tsfp_")
+            dbg = PrecisionDebugger(dump_path=dump, level="L1", step=list(range(args.steps + 1)), fingerprint=fp)
+            for i in range(args.steps + 1):
+                t0 = time.process_time()
+                dbg.start(model)
+                model(data, labels=data).loss.backward()
+                dbg.stop()
+                dbg.step()
+                if i:
+                    later[fp].append(time.process_time() - t0)
+                model.zero_grad()
+            dbg.close()
+            shutil.rmtree(dump, ignore_errors=True)
     off, on = statistics.median(times[False]), statistics.median(times[True])
     print(f"GPT-2 {args.layers}x{args.embd}: {n_params / 1e6:.1f} M parameters, {n_params * 4 / 2**20:.0f} MB "
           f"(CRC-32 {'on' if n_params * 4 <= collect.CRC_LIMIT else 'off'})")
@@ -68,6 +87,11 @@ def main() -> None:
     woff, won = statistics.median(walls[False]), statistics.median(walls[True])
     print(f"dumped step, median wall s: fingerprint off {woff:.3f}, on {won:.3f}, ratio {won / woff:.3f} "
           f"(+{(won - woff) * 1000:.0f} ms)")
+    base = statistics.median(later[False])
+    for fp in (True, "every_step"):
+        m = statistics.median(later[fp])
+        print(f"later dumped steps, median CPU s: fingerprint off {base:.3f}, {fp!s:<10} {m:.3f}, ratio "
+              f"{m / base:.3f} (+{(m - base) * 1000:.1f} ms)")
     print(f"reading the installed packages, once per process: {first_read * 1000:.0f} ms")
 
 
