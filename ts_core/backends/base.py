@@ -401,10 +401,10 @@ class Backend(abc.ABC):
         if not self.want_backward or not self._grad_recording():
             return None
         col = self.collector
-        emit = lambda go, gi: col.backward(call, go, gi)     # noqa: E731
+        emit = functools.partial(col.backward, call)         # a partial: no frame of its own when called
         capture = self._grad_capture_impl(emit) if module is None else self._module_capture_impl(emit, module)
         if call.is_module:      # calls recorded during this module's backward get it as parent
-            capture.on_start = lambda: col.backward_begins(call)
+            capture.on_start = functools.partial(col.backward_begins, call)
         return capture
 
     # -- what each framework fills in ---------------------------------------------------------
