@@ -364,3 +364,27 @@ def test_apis_called_by_a_custom_function_backward_belong_to_the_modules_backwar
     construct = load_json(rank_dir, "construct.json")
     assert construct["Torch.mul.0.forward"] == "Module.0.Doubled.backward.0"
     assert "Module.0.Doubled.backward.0" in load_dump(rank_dir)["data"]
+
+
+class SparseUses(torch.nn.Module):
+    """Its input (a leaf) gets three sparse gradient contributions (embedding, sparse=True)."""
+
+    def forward(self, w):
+        idx = torch.tensor([[0, 2], [1, 2]])
+        return sum(torch.nn.functional.embedding(idx + j, w, sparse=True) for j in range(3))
+
+
+def test_sparse_gradient_contributions_are_summed_as_autograd_sums_them(dump_root):
+    torch.manual_seed(8)
+    model = torch.nn.Sequential(SparseUses())
+    w = torch.randn(5, 3, requires_grad=True)
+    ref, = torch.autograd.grad(model(w).pow(2).sum(), [w])
+    # structure: summaries of sparse tensors are another matter (statistics raise on them today)
+    dbg = PrecisionDebugger(dump_path=dump_root, task="structure", level="L0", step=[0])
+    dbg.start(model)
+    got, = torch.autograd.grad(model(w).pow(2).sum(), [w])
+    dbg.stop()
+    dbg.close()
+    assert got.is_sparse and torch.equal(got.to_dense(), ref.to_dense())
+    rec = load_dump(os.path.join(dump_root, "step0", "rank"))["data"]["Module.0.SparseUses.backward.0"]
+    assert rec["output"][0] is not None

@@ -47,6 +47,7 @@ _ACCUMULATE_GRAD = torch._C._functions.AccumulateGrad     # a leaf's node: its e
 # must see the call's backward begun (its outputs' pre-hooks) before it runs.
 _PYTHON_NODE = torch._C._FunctionBase
 _Tensor = torch.Tensor
+_STRIDED = torch.strided
 _NESTED = (list, tuple, dict)
 
 
@@ -266,7 +267,8 @@ class GradCapture:
             return
         sums = self._sums
         with torch.no_grad():
-            if sums is not None and sums.get(k) is cur and cur.dtype == grad.dtype and \
+            if sums is not None and sums.get(k) is cur and grad.layout is _STRIDED and \
+                    cur.layout is _STRIDED and cur.dtype == grad.dtype and \
                     cur.stride() == grad.stride() and cur.shape == grad.shape:
                 cur.add_(grad)         # the layout out of place would have too
             else:
