@@ -12,6 +12,19 @@ from . import compiled
 from .grad_capture import on_grad
 
 
+_MODULE_GETATTR = torch.nn.Module.__getattr__
+_PLAIN_MODULES: set = set()      # module classes seen not to be torch.compile's wrapper
+
+
+def _unwrap(module: torch.nn.Module) -> torch.nn.Module:
+    """``compiled.unwrap``, remembering the classes that are no wrapper (a class made before
+    dynamo was loaded can never become a subclass of its wrapper)."""
+    inner = compiled.unwrap(module)
+    if inner is module:
+        _PLAIN_MODULES.add(type(module))
+    return inner
+
+
 class TorchAccess(ModelAccess):
     framework = "pytorch"
     model_type_name = "torch.nn.Module"
@@ -35,16 +48,24 @@ class TorchAccess(ModelAccess):
     def own_parameters(self, module: torch.nn.Module) -> Dict[str, Any]:
         # named_parameters(recurse=False) without its generator chain (every module call at L0
         # and mix): one name per parameter object, in order
+        params = (module if type(module) in _PLAIN_MODULES else _unwrap(module))._parameters
+        if not params:
+            return {}
         own: Dict[str, Any] = {}
         seen = set()
-        for name, p in compiled.unwrap(module)._parameters.items():
+        for name, p in params.items():
             if p is not None and p not in seen:
                 seen.add(p)
                 own[name] = p
         return own
 
     def module_is_inplace(self, module: torch.nn.Module) -> bool:
-        # ReLU(inplace=True): its input is overwritten
+        # ReLU(inplace=True): its input is overwritten. Read from the instance's own attributes
+        # where that is what getattr would find: nn.Module.__getattr__ raises (and getattr
+        # catches) for every module without the attribute, on every module call.
+        cls = type(module)
+        if cls.__getattr__ is _MODULE_GETATTR and not hasattr(cls, "inplace"):
+            return module.__dict__.get("inplace", False) is True
         return getattr(module, "inplace", False) is True
 
     def may_get_grad(self, tensor: torch.Tensor) -> bool:

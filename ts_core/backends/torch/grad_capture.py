@@ -14,7 +14,10 @@ that is also the residual, q/k/v projections of one hidden state) is then summed
 - after the call, ``watch_outputs`` walks back from the outputs' grad_fns through nodes created
   by the call only, and puts a read-only post hook on each node whose edge points at an input
   (a *consumer*); the hook reads that node's gradient for the input (exactly what autograd adds
-  into the input's buffer), and pre-hooks on the outputs' nodes read their gradients;
+  into the input's buffer), and pre-hooks on the outputs' nodes read their gradients (an output
+  made by a consumer node, as most API calls' is, is read by that node's post hook from the
+  gradients it received: one hook instead of two; not on a custom Function's node, whose Python
+  backward may call recorded APIs after the call's backward has begun);
 - the record of an input's gradient is the sum of its consumers' contributions in the order
   they ran, the same order (and so the same bits) as autograd's own sum when the call is the
   tensor's only user. Hooks return None: no gradient is replaced, re-laid-out or copied.
@@ -36,14 +39,34 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from .._depth import internal
-from ..structure import leaves
 
 _next_sequence_nr = torch.autograd._get_sequence_nr
 _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
+_ACCUMULATE_GRAD = torch._C._functions.AccumulateGrad     # a leaf's node: its edge may be an input
+# A custom autograd.Function's node: its backward is Python and may call recorded APIs, which
+# must see the call's backward begun (its outputs' pre-hooks) before it runs.
+_PYTHON_NODE = torch._C._FunctionBase
+_Tensor = torch.Tensor
+_STRIDED = torch.strided
+_NESTED = (list, tuple, dict)
 
 
 def flat_tensors(obj: Any, out: List[torch.Tensor]) -> List[torch.Tensor]:
-    return leaves(obj, lambda v: isinstance(v, torch.Tensor), out)
+    """Append the tensors of `obj` (nested lists, tuples, dicts) to `out`, in argument order:
+    ``structure.leaves`` for tensors, without a Python call per leaf (twice per recorded call)."""
+    if isinstance(obj, _Tensor):
+        out.append(obj)
+        return out
+    if isinstance(obj, dict):
+        obj = obj.values()
+    elif not isinstance(obj, (list, tuple)):
+        return out
+    for v in obj:
+        if isinstance(v, _Tensor):
+            out.append(v)
+        elif isinstance(v, _NESTED):
+            flat_tensors(v, out)
+    return out
 
 
 _NONE: Dict[Any, int] = types.MappingProxyType({})    # read-only: no input edges noted
@@ -83,7 +106,7 @@ class GradCapture:
     """Collects one call's gradients, then hands them to ``emit(grads_of_outputs, grads_of_inputs)``."""
 
     __slots__ = ("emit", "on_start", "out_grads", "in_grads", "watching", "done", "_wait", "_queued",
-                 "_start", "_inputs", "_edges", "_leaves")
+                 "_start", "_inputs", "_edges", "_leaves", "_sums")
 
     def __init__(self, emit: Callable[[list, list], None]):
         self.emit = emit
@@ -101,6 +124,7 @@ class GradCapture:
         self._inputs: Sequence[Tuple[torch.Tensor, int, Any]] = ()   # (input, its version, its grad_fn)
         self._edges: Dict[Tuple[int, int], int] = _NONE          # (id(grad_fn), output_nr) -> input
         self._leaves: Dict[int, int] = _NONE                     # id(leaf tensor) -> input
+        self._sums: Optional[Dict[int, Any]] = None    # input -> the gradient sum made here
 
     replaces_inputs = False            # the call runs with the caller's own tensors
 
@@ -117,7 +141,7 @@ class GradCapture:
         inputs: List[Tuple[torch.Tensor, int, Any]] = []
         edges: Dict[Tuple[int, int], int] = {}
         leaves: Dict[int, int] = {}
-        for t in flat_tensors((args, kwargs), []):
+        for t in flat_tensors(kwargs, flat_tensors(args, [])):
             if not t.requires_grad:
                 continue
             fn = t.grad_fn
@@ -138,12 +162,6 @@ class GradCapture:
             self.in_grads = [None] * n
             self._start = _next_sequence_nr()
 
-    def _input_of(self, fn: Any, output_nr: int) -> Optional[int]:
-        k = self._edges.get((id(fn), output_nr))
-        if k is None and self._leaves and type(fn).__name__ == "AccumulateGrad":
-            k = self._leaves.get(id(fn.variable))
-        return k
-
     def watch_outputs(self, output: Any) -> None:
         """After the call: hook the outputs and the call's nodes that feed its inputs."""
         outs = flat_tensors(output, [])
@@ -151,11 +169,12 @@ class GradCapture:
         roots: List[Any] = []
         identity: Dict[int, int] = {}
         hooked: List[int] = []
+        edges, leaves = self._edges, self._leaves
         for i, t in enumerate(outs):
             if not t.requires_grad:
                 continue
             fn = t.grad_fn
-            k = self._input_of(fn, t.output_nr) if fn is not None else self._leaves.get(id(t))
+            k = edges.get((id(fn), t.output_nr)) if fn is not None else leaves.get(id(t))
             if k is not None:
                 identity[i] = k                 # an input returned as is: no node of its own
             elif fn is not None:
@@ -167,10 +186,21 @@ class GradCapture:
         # feeds no input of its own completes with its outputs' gradients.
         outputs_complete = not (consumers or identity)
         self._wait = len(hooked) if outputs_complete else len(consumers) + len(identity)
+        # An output made by a consumer node (most API calls are one node) is read by that
+        # node's post hook, from the gradients it received: one hook fewer to register and run.
+        reads: Dict[int, List[Tuple[int, int]]] = {}
+        at = {id(node) for node, _ in consumers} if consumers else ()
         for i in hooked:
-            on_grad(outs[i], self._out_hook(i, identity.get(i), counts=outputs_complete or i in identity))
+            k = identity.get(i)
+            t = outs[i]
+            if k is None and at:
+                node = t.grad_fn
+                if id(node) in at and not isinstance(node, _PYTHON_NODE):
+                    reads.setdefault(id(node), []).append((i, t.output_nr))
+                    continue
+            self._hook_output(t, i, k, outputs_complete or k is not None)
         for node, slots in consumers:
-            node.register_hook(self._consumer_hook(slots))
+            node.register_hook(self._consumer_hook(slots, reads.get(id(node))))
         if self._wait == 0:
             self.done = True
 
@@ -185,28 +215,41 @@ class GradCapture:
         return roots
 
     def _consumers(self, roots: list) -> List[Tuple[Any, List[Tuple[int, int]]]]:
-        """Nodes created by the call with an edge to an input: [(node, [(slot, input)])]."""
+        """Nodes created by the call with an edge to an input: [(node, [(slot, input)])].
+        A depth-first walk from `roots` (consumed) through nodes with a sequence number at
+        least ``_start``; edges to inputs and to leaves' nodes are not followed."""
+        start = self._start
+        edges_get = self._edges.get
+        leaves = self._leaves
         found = []
         seen: Dict[int, Any] = {}          # keeps every visited wrapper alive: ids stay unique
-        stack = list(roots)
+        stack = roots
         while stack:
             node = stack.pop()
-            if id(node) in seen:
+            i = id(node)
+            if i in seen:
                 continue
-            seen[id(node)] = node
-            if node._sequence_nr() < self._start:
+            seen[i] = node
+            if node._sequence_nr() < start:
                 continue                   # made before the call: not the call's own node
-            slots = []
+            slots = None
             for slot, (nxt, nr) in enumerate(node.next_functions):
                 if nxt is None:
                     continue
-                k = self._input_of(nxt, nr)
-                if k is not None:
-                    slots.append((slot, k))
+                if type(nxt) is _ACCUMULATE_GRAD:      # a leaf: an input, or nothing to walk
+                    k = leaves.get(id(nxt.variable)) if leaves else None
+                    if k is None:
+                        continue
                 else:
-                    stack.append(nxt)
-            if slots:
-                found.append((node, slots))
+                    k = edges_get((id(nxt), nr))
+                    if k is None:
+                        stack.append(nxt)
+                        continue
+                if slots is None:
+                    slots = [(slot, k)]
+                    found.append((node, slots))
+                else:
+                    slots.append((slot, k))
         return found
 
     def _release(self) -> None:
@@ -214,18 +257,39 @@ class GradCapture:
         self._edges = self._leaves = _NONE
 
     def _add(self, k: int, grad: Any) -> None:
+        """Add a consumer's contribution to input `k`'s gradient: autograd's InputBuffer does
+        old + new, in order. From the third one on, the sum is this capture's own tensor and
+        is added to in place (elementwise, so the same bits and, with the same strides, the same
+        layout) instead of allocating anew."""
         cur = self.in_grads[k]
         if cur is None:
             self.in_grads[k] = grad
-        else:
-            with torch.no_grad():
-                self.in_grads[k] = cur + grad   # autograd's InputBuffer does old + new, in order
+            return
+        sums = self._sums
+        with torch.no_grad():
+            if sums is not None and sums.get(k) is cur and grad.layout is _STRIDED and \
+                    cur.layout is _STRIDED and cur.dtype == grad.dtype and \
+                    cur.stride() == grad.stride() and cur.shape == grad.shape:
+                cur.add_(grad)         # the layout out of place would have too
+            else:
+                total = self.in_grads[k] = cur + grad
+                if sums is None:
+                    sums = self._sums = {}
+                sums[k] = total
 
-    def _consumer_hook(self, slots: List[Tuple[int, int]]):
+    def _consumer_hook(self, slots: List[Tuple[int, int]], outputs: Optional[List[Tuple[int, int]]]):
+        """A post hook on a consumer node: its contributions to the inputs (`slots`: (slot,
+        input)) and, for `outputs` ((output, slot)) it made, the gradients it received, as the
+        outputs' pre-hooks would read them."""
         def hook(grad_inputs, grad_outputs):
             if self.done:
                 return None
             with internal():
+                if outputs is not None:
+                    for i, nr in outputs:
+                        g = grad_outputs[nr]
+                        if g is not None:
+                            self._got_output(i, g)
                 for slot, k in slots:
                     g = grad_inputs[slot]
                     if g is not None:
@@ -234,15 +298,25 @@ class GradCapture:
             return None
         return hook
 
-    def _out_hook(self, i: int, k: Optional[int], counts: bool):
+    def _hook_output(self, t: torch.Tensor, i: int, k: Optional[int], counts: bool) -> None:
+        """Read output `i`'s gradient when it arrives: as ``on_grad`` does, in one closure."""
+        node = t.grad_fn
+        if node is None:
+            hook_grad(t, self._out_hook(i, k, counts, -1))
+        else:
+            node.register_prehook(self._out_hook(i, k, counts, t.output_nr))
+
+    def _out_hook(self, i: int, k: Optional[int], counts: bool, nr: int):
+        """A tensor hook (`nr` -1) or a pre-hook on the output's node reading its slot `nr`."""
         def hook(grad):
+            if nr >= 0:
+                grad = grad[nr]
+                if grad is None:       # as a tensor hook: not called for an undefined gradient
+                    return None
             if self.done:
                 return None
             with internal():
-                if self.on_start is not None:      # this call's backward begins
-                    start, self.on_start = self.on_start, None
-                    start()
-                self.out_grads[i] = grad
+                self._got_output(i, grad)
                 if k is not None:
                     self.in_grads[k] = grad
                 if counts:
@@ -251,6 +325,12 @@ class GradCapture:
                     self._finish_at_end()
             return None
         return hook
+
+    def _got_output(self, i: int, grad: Any) -> None:
+        if self.on_start is not None:      # this call's backward begins
+            start, self.on_start = self.on_start, None
+            start()
+        self.out_grads[i] = grad
 
     def _count(self) -> None:
         self._wait -= 1
@@ -287,4 +367,5 @@ class GradCapture:
             self.done = True
             out_grads, in_grads = self.out_grads, self.in_grads
             self.out_grads, self.in_grads = (), ()     # a hook may outlive the step: keep no grads
+            self._sums = None
             self.emit(out_grads, in_grads)
