@@ -2,6 +2,7 @@
 import os
 
 import numpy as np
+import pytest
 import torch
 
 from ts_core import PrecisionDebugger
@@ -379,12 +380,18 @@ def test_sparse_gradient_contributions_are_summed_as_autograd_sums_them(dump_roo
     model = torch.nn.Sequential(SparseUses())
     w = torch.randn(5, 3, requires_grad=True)
     ref, = torch.autograd.grad(model(w).pow(2).sum(), [w])
-    # structure: summaries of sparse tensors are another matter (statistics raise on them today)
-    dbg = PrecisionDebugger(dump_path=dump_root, task="structure", level="L0", step=[0])
-    dbg.start(model)
-    got, = torch.autograd.grad(model(w).pow(2).sum(), [w])
-    dbg.stop()
-    dbg.close()
-    assert got.is_sparse and torch.equal(got.to_dense(), ref.to_dense())
-    rec = load_dump(os.path.join(dump_root, "step0", "rank"))["data"]["Module.0.SparseUses.backward.0"]
-    assert rec["output"][0] is not None
+    dense = ref.to_dense().double().numpy()
+    for task, level in (("structure", "L0"), ("statistics", "L0"), ("statistics", "mix")):
+        root = os.path.join(dump_root, task + level)
+        dbg = PrecisionDebugger(dump_path=root, task=task, level=level, step=[0])
+        dbg.start(model)
+        got, = torch.autograd.grad(model(w).pow(2).sum(), [w])
+        dbg.stop()
+        dbg.close()
+        assert got.is_sparse and torch.equal(got.to_dense(), ref.to_dense())
+        rec = load_dump(os.path.join(root, "step0", "rank"))["data"]["Module.0.SparseUses.backward.0"]
+        out = rec["output"][0]
+        assert out is not None and out["shape"] == [5, 3]
+        if task == "statistics":        # the dense value's statistics, implicit zeros included
+            assert out["Max"] == pytest.approx(dense.max()) and out["Min"] == pytest.approx(dense.min())
+            assert out["Mean"] == pytest.approx(dense.mean()) and out["Norm"] == pytest.approx(np.linalg.norm(dense))

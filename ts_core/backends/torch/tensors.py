@@ -9,6 +9,7 @@ never syncs per tensor."""
 from __future__ import annotations
 
 import ctypes
+import math
 import sys
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
@@ -192,7 +193,11 @@ class TorchAdapter(TensorAdapter):
         if type(t) not in _PLAIN_TYPES:
             return self._wrapper_stats(t)
         n = t.numel()
-        if n == 0 or t.is_meta or not _allocated(t):
+        if n == 0 or t.is_meta:
+            return None
+        if t.layout is not torch.strided:       # sparse (an Embedding(sparse=True) gradient)
+            return _sparse_row(t)
+        if not _allocated(t):
             return None
         return self._reuse(self._recent, t, n, self._compute)
 
@@ -451,6 +456,26 @@ def _xor_on_device(raw: torch.Tensor) -> torch.Tensor:
         tail[:n - whole] = raw[whole:]
         acc = torch.bitwise_xor(acc, tail.view(torch.int64)[0])
     return acc
+
+
+def _sparse_row(t: torch.Tensor) -> Optional[Tuple[float, float, float, float]]:
+    """(max, min, mean, norm) of a sparse tensor's dense value, from its stored values (the
+    implicit zeros count in Max/Min and Mean), never densified; None when its layout has no
+    values to read here (never an error: a sparse gradient reaches the tool inside backward)."""
+    with torch.no_grad(), internal():
+        try:
+            v = (t.coalesce() if t.layout is torch.sparse_coo else t).values()
+            if v.is_complex():
+                v = v.abs()
+            f = v.double()
+            nnz, n = f.numel(), t.numel()
+            mx = f.max().item() if nnz else 0.0
+            mn = f.min().item() if nnz else 0.0
+            if nnz < n:                     # some elements are implicit zeros
+                mx, mn = max(mx, 0.0), min(mn, 0.0)
+            return (mx, mn, f.sum().item() / n, math.sqrt((f * f).sum().item()))
+        except Exception:
+            return None
 
 
 def _stats(t: torch.Tensor) -> torch.Tensor:
