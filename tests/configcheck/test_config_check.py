@@ -172,6 +172,25 @@ def test_weights_at_every_step_on_request_and_for_another_model(tmp_path):
     assert "weights" not in later and later["weights_step"] == 0
     assert other["weights"]["weight"]["Max"] == pytest.approx(b.weight.max().item() - 1) and "weights_step" not in other
 
+    # a model rebuilt after the first was freed (its id may be reused): an input again, read again
+    def fresh():
+        return nn.Linear(4, 3)
+
+    root = tmp_path / "rebuilt"
+    dbg = PrecisionDebugger(dump_path=str(root), level="L0", step=[0, 1], fingerprint=True)
+    maxima = []
+    for _ in range(2):
+        m = fresh()
+        maxima.append(m.weight.max().item())
+        dbg.start(m)
+        m(torch.ones(2, 4)).sum().backward()
+        dbg.stop()
+        dbg.step()
+        del m
+    dbg.close()
+    docs = [read_fingerprint(str(root / f"step{i}" / "rank")) for i in range(2)]
+    assert [doc["weights"]["weight"]["Max"] for doc in docs] == pytest.approx(maxima)
+
 
 def test_record_hyperparameters_forms(tmp_path):
     @dataclasses.dataclass

@@ -26,7 +26,7 @@ import sys
 import warnings
 import weakref
 from dataclasses import asdict
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ..backends._depth import internal
 from ..model_hooks import ModelHook, hooks_of
@@ -202,7 +202,7 @@ class Recorder:
         self.pending: Dict[str, TensorSummary] = {}       # async_dump: section -> unresolved summary
         self.unwritten = False        # the document changed since the file was last written
         self._config: Optional[tuple] = None
-        self.weights_at: Optional[tuple] = None     # (step, the models' ids) the weights were read at
+        self.weights_at: Optional[tuple] = None     # (step, weak refs to the models) of the last read
 
     def start(self, model: Any) -> None:
         dbg = self.debugger()
@@ -219,19 +219,26 @@ class Recorder:
                     "environment": environment(), "framework": framework_settings(), "argv": list(sys.argv),
                     "hyperparameters": {**parse_argv(sys.argv[1:]), **self.hyperparameters},
                     "tsprobe_config": self._config_doc(dbg.config)}
-        models_key = tuple(id(m) for m in models)
-        if dbg.config.fingerprint == EVERY_STEP or self.weights_at is None or self.weights_at[1] != models_key:
+        if dbg.config.fingerprint == EVERY_STEP or not self._weights_read_of(models):
             named = [(f"{i}.{n}" if len(models) > 1 else n, t) for i, m in enumerate(models) if m is not None
                      for n, t in _named_tensors(m)]
             size = sum(_nbytes(t) for _, t in named)
             self._summarize("weights", named, crc=size <= CRC_LIMIT, defer=dbg.config.async_dump)
-            self.weights_at = (dbg.current_step, models_key)
+            self.weights_at = (dbg.current_step, [_weak(m) for m in models])
         else:       # a later step's weights are a result of training, not an input: not re-read
             self.doc["weights_step"] = self.weights_at[0]
             self.unwritten = True
         root = models[0] if models else None
         if root is not None and hasattr(root, "register_forward_pre_hook"):
             self.handle = hooks_of(root).add(_FirstBatch(self._first_batch))
+
+    def _weights_read_of(self, models: List[Any]) -> bool:
+        """Were the weights read at an earlier step of these very models (alive, in order)?
+        A model built anew may reuse a freed one's id: identity is checked through weak refs."""
+        if self.weights_at is None:
+            return False
+        refs = self.weights_at[1]
+        return len(refs) == len(models) and all(r() is m for r, m in zip(refs, models))
 
     def _config_doc(self, config: Any) -> Dict[str, Any]:
         """``asdict(config)``, once per config object (frozen: a reload makes a new one)."""
@@ -288,6 +295,14 @@ class Recorder:
         if self.handle is not None:
             self.handle.remove()
             self.handle = None
+
+
+def _weak(obj: Any) -> Callable[[], Any]:
+    """A weak reference to `obj`, or (an object that takes none, or None) a strong one."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
 
 
 def _nbytes(t: Any) -> int:
