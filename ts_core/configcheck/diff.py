@@ -177,9 +177,9 @@ def diff(golden: Dict[str, Any], target: Dict[str, Any],
     f += _mapping("tsprobe_config", golden.get("tsprobe_config") or {}, target.get("tsprobe_config") or {},
                   lambda n: INFO)
     verdicts = {s: PASS for s in SECTIONS}
+    at = golden.get("weights_step", target.get("weights_step"))     # weights read at that step only
     for section in ("weights", "data"):
         g, t = golden.get(section), target.get(section)
-        at = golden.get("weights_step", target.get("weights_step"))
         if section == "weights" and (g is None or t is None) and at is not None:
             verdicts[section] = "not recorded"          # by design: only the first dumped step's
             notes.append(f"weights: recorded at step {at}, the first dumped step (a later step's are a "

@@ -204,19 +204,17 @@ class Collector:
             return {k: s(v, value_name(key, part, k), files, hold) for k, v in values.items()}
         return {k: s(v, "", False) for k, v in values.items()}
 
+    def _naming(self, key: str) -> Tuple[bool, Optional[Held]]:
+        """(tensor files?, held values) for the record `key`; statistics tasks need neither."""
+        if self._unnamed:
+            return False, None
+        return self.files_for(key), self._hold()
+
     def forward_inputs(self, call: Call, args: Any, kwargs: Optional[dict]) -> None:
         rec: Dict[str, Any] = {}
-        if self._unnamed and self.want[FORWARD, "input"]:       # every statistics task
-            summ = self.summ
-            rec["input_args"] = summ.plain(args)
-            if kwargs:
-                s = summ.summarize
-                rec["input_kwargs"] = {k: s(v, "", False) for k, v in kwargs.items()}
-            else:
-                rec["input_kwargs"] = {}
-        elif self.want[FORWARD, "input"]:
+        if self.want[FORWARD, "input"]:
             key = call.fwd_key
-            files, hold = self.files_for(key), self._hold()
+            files, hold = self._naming(key)
             rec["input_args"] = self._values(key, "input", args, files, hold)
             rec["input_kwargs"] = self._named(key, "input", kwargs, files, hold) if kwargs else {}
             if hold is not None and self.diff.inputs_match(key, rec):
@@ -227,18 +225,9 @@ class Collector:
     def forward_outputs(self, call: Call, output: Any, params: Optional[Dict[str, Any]] = None) -> None:
         rec = call.record if call.record is not None else {}
         key = call.fwd_key
-        if self._unnamed and not params:                        # every statistics task
-            if self.want[FORWARD, "output"]:
-                rec["output"] = self.summ.plain(output if isinstance(output, (list, tuple)) else (output,))
-            if self.want[FORWARD, "input"] or self.want[FORWARD, "output"]:
-                self._emit(call.dump, key, rec)
-                if self._hierarchy:
-                    call.dump.add_construct(key, call.parent_key)
-            call.record = None
-            return
-        files, hold = self.files_for(key), self._hold()
+        files, hold = self._naming(key)
         if self.want[FORWARD, "output"]:
-            outs = output if isinstance(output, (list, tuple)) else [output]
+            outs = output if isinstance(output, (list, tuple)) else (output,)
             rec["output"] = self._values(key, "output", outs, files, hold)
         if params and self.want[FORWARD, "input"]:
             rec["parameters"] = self._named(key, "parameters", params, files, hold)
@@ -273,7 +262,7 @@ class Collector:
             self._late(call.bwd_key)
             return
         key = call.bwd_key
-        files, hold = self.files_for(key), self._hold()
+        files, hold = self._naming(key)
         rec: Dict[str, Any] = {}
         if self.want[BACKWARD, "input"]:
             rec["input"] = self._values(key, "input", grads_of_outputs, files, hold)
