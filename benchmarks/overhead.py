@@ -15,7 +15,10 @@ the first full collection of the process (~0.2 s over ~450k objects) otherwise l
 measured steps of whichever run allocates first. The tool's steady-state collections are still
 measured (``--startup-gc`` leaves that first one in).
 
-    python benchmarks/overhead.py [--steps 10] [--rounds 1] [--tools tsprobe,msprobe]
+The tool ``minimal`` (statistics L0, L1, mix and md5 L1) is benchmarks/minimal_recorder.py: the
+least Python a recorder of the same L1 records pays, a lower bound for tsprobe's own work.
+
+    python benchmarks/overhead.py [--steps 10] [--rounds 1] [--tools tsprobe,msprobe,minimal]
                                   [--sizes 4x256,4x512,4x1024,12x256]
 """
 from __future__ import annotations
@@ -48,6 +51,7 @@ MODES = {           # name: (task, level, summary_mode[, extra top-level keys]);
     "tensor L1 packed": ("tensor", "L1", "statistics", {"tensor_format": "packed"}),
 }
 TSPROBE_ONLY = {"tensor L1 packed"}     # a tsprobe option: msprobe has no such layout
+MINIMAL_MODES = {"statistics L0", "statistics L1", "statistics mix", "md5 L1"}    # what benchmarks/minimal_recorder.py writes
 PHASES = ("start", "forward", "backward", "optimizer", "stop")
 WARMUP = 2
 FAR_STEP = 100000
@@ -83,7 +87,11 @@ def _worker(tool: str, mode: str, steps: int, size: str, out: str) -> None:
         path = os.path.join(dump, "config.json")
         with open(path, "w") as f:
             json.dump(cfg_json, f)
-        if tool == "msprobe":
+        if tool == "minimal":
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            from minimal_recorder import MinimalRecorder
+            PrecisionDebugger = lambda config_path: MinimalRecorder(dump, md5=summary == "md5", level=level)  # noqa: E731
+        elif tool == "msprobe":
             from msprobe.pytorch import PrecisionDebugger
         else:
             os.environ["TSPROBE_QUIET"] = "1"
@@ -251,6 +259,7 @@ def main() -> None:
         _worker(tool, mode, int(steps), size, out)
         return
     tools = [t for t in args.tools.split(",") if t != "msprobe" or importlib.util.find_spec("msprobe")]
+    tools.sort(key=lambda t: t != "tsprobe")        # tsprobe's columns first
     modes = args.modes.split(",")
     if "no tool" not in modes:
         modes.insert(0, "no tool")
@@ -263,7 +272,7 @@ def _table(size: str, tools: list, modes: list, steps: int, rounds: int) -> None
     for r in range(rounds):
         for mode in modes:                     # interleaved: every tool runs each mode in turn
             for tool in (tools if MODES[mode] else ["-"]):
-                if tool != "tsprobe" and mode in TSPROBE_ONLY:
+                if (tool != "tsprobe" and mode in TSPROBE_ONLY) or (tool == "minimal" and mode not in MINIMAL_MODES):
                     continue
                 res = run(tool if tool != "-" else "tsprobe", mode, steps, size)
                 results.setdefault((tool, mode), []).append(res)
@@ -279,8 +288,8 @@ def _table(size: str, tools: list, modes: list, steps: int, rounds: int) -> None
           f"of {steps} steps x {rounds} round(s); no tool = {base_mean * 1e3:.1f} ms/step mean, "
           f"{base_median * 1e3:.1f} median\n")
     head = "| mode | tsprobe ms/step (mean) | tsprobe ratio mean / median | floor | tsprobe bytes/step |"
-    if "msprobe" in tools:
-        head += " msprobe ratio mean / median | msprobe bytes/step |"
+    for tool in (t for t in tools if t != "tsprobe"):
+        head += f" {tool} ratio mean / median | {tool} bytes/step |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for mode in modes:
