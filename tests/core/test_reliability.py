@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from ts_core import DumpWriteError, PrecisionDebugger
+from ts_core.dumpfmt.rankdir import read_construct, read_stacks
 from ts_core.writer import recover
 
 from ..conftest import load_dump
@@ -302,6 +303,14 @@ def test_a_short_step_creates_no_journal_and_a_later_one_holds_the_whole_step(tm
     # parameters_grad records are re-taken at stop(), after the journal was copied
     assert {k: v for k, v in rebuilt.items() if "parameters_grad" not in k} == \
         {k: v for k, v in final.items() if "parameters_grad" not in k}
+    # the journal's stack and construct lines rebuild stack.json and construct.json too
+    stacks = {k: frames for keys, frames in read_stacks(str(rank)) for k in keys}
+    rebuilt_stacks = {k: frames for keys, frames in read_stacks(str(alone)) for k in keys}
+    assert rebuilt_stacks and rebuilt_stacks == {k: stacks[k] for k in rebuilt_stacks}
+    assert set(rebuilt_stacks) == {k for k in rebuilt if ".forward" in k}       # every forward record
+    construct, rebuilt_construct = read_construct(str(rank)), read_construct(str(alone))
+    assert rebuilt_construct and rebuilt_construct == {k: construct[k] for k in rebuilt_construct}
+    assert any(v is not None for v in rebuilt_construct.values())     # mix: modules nest
 
 
 def test_tsprobe_recover_cli(tmp_path, capsys):
