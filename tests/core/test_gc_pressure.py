@@ -3,12 +3,14 @@
 Record dicts held until a periodic flush outlive Python's young-generation collections and are
 promoted towards a full collection of the training process's whole heap (torch and transformers
 hold ~450k objects: ~0.5 s each). A record whose statistics are already on the host is encoded
-at once, so nothing of it but its JSON text stays in memory."""
+at once, so nothing of it but its JSON text stays in memory (and the few summaries the adapter
+keeps to hand out again, ``SHARED_SUMMARIES``)."""
 import gc
 
 import torch
 
 from ts_core import PrecisionDebugger
+from ts_core.backends.torch.tensors import SHARED_SUMMARIES
 
 
 def _live_summaries() -> list:
@@ -37,9 +39,11 @@ def test_records_of_host_statistics_are_not_held_as_dicts(tmp_path):
     try:
         model(x).sum().backward()
         held = _live_summaries()
-        # what stays is the parameters' gradients, written as parameters_grad at the step end
-        assert all(not s["requires_grad"] and tuple(s["shape"]) in {(16, 16), (16,)} for s in held), held[:3]
-        assert len(held) <= 2 * 3 * 8
+        # what stays is the parameters' gradients, written as parameters_grad at the step end,
+        # and at most the last few summaries made (the adapter may hand them out again)
+        grads = [s for s in held if not s["requires_grad"] and tuple(s["shape"]) in {(16, 16), (16,)}]
+        assert len(held) - len(grads) <= SHARED_SUMMARIES, held[:3]
+        assert len(held) <= 2 * 3 * 8 + SHARED_SUMMARIES
     finally:
         dbg.stop()
         dbg.step()
@@ -52,7 +56,7 @@ def test_forward_records_leave_no_summary_dict_behind(tmp_path):
     try:
         with torch.no_grad():
             model(x)
-        assert _live_summaries() == []
+        assert len(_live_summaries()) <= SHARED_SUMMARIES      # of ~50 records' ~150 summaries
     finally:
         dbg.stop()
         dbg.step()

@@ -105,6 +105,38 @@ def test_host_summary_never_reads_storage_freed_after_a_cached_read():
     assert _same(a, b) and a["Max"] is None
 
 
+@needs_native
+@pytest.mark.parametrize("mode", ["statistics", "md5"])
+def test_a_shared_summary_is_reused_only_while_the_tensor_is_unchanged(mode):
+    """``plain`` may hand out the dict it made for the same tensor before: never after a change
+    of values, shape or strides (each moves the version counter), of requires_grad (which does
+    not), or of what ``t.data`` holds; always equal to the general path's summary."""
+    fast, plain = _both(mode)
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+
+    def check(t):
+        a, b = fast.plain([t, t])[0], plain.summarize(t, "", False)
+        assert _same(a, b), (a, b)
+        return a
+
+    first = check(x)
+    assert check(x) is first                      # unchanged: the same dict again
+    y = x.view(12)                                # the same bytes, another tensor object
+    assert check(y) is not first and check(y)["shape"] == [12]
+    changes = [lambda: x.unsqueeze_(0), lambda: x.squeeze_(0), lambda: x.resize_(2, 6),
+               lambda: x.requires_grad_(), lambda: x.requires_grad_(False), lambda: x.mul_(3),
+               lambda: setattr(x, "data", x.data.view(4, 3))]
+    for change in changes:
+        before = check(x)
+        change()
+        after = check(x)
+        assert after is not before
+        assert check(x) is after                  # and shared again from then on
+    v = x.numpy().astype(np.float64)
+    assert (after["shape"], after["Max"], after["Min"]) == ([4, 3], v.max(), v.min())
+    assert fast.adapter.host_summary(x, mode == "md5") is not after    # share not asked: a new dict
+
+
 def _random_record(rnd: random.Random, bad: bool):
     """A record shaped like the dump's, with None values and, when `bad`, one NaN/Inf at a
     random place (a statistic, a float argument, a nested list, a tuple or a dict value)."""

@@ -136,6 +136,7 @@ class Collector:
         if self.dump is not None:
             self.dump.close()
             self.dump = None
+        self.summ.reset()           # the step's caches (and summaries kept to share) go now, not at the next start
         self.module_stack.clear()
         self.backward_modules.clear()
 

@@ -23,9 +23,11 @@ class TensorAdapter(abc.ABC):
     framework: ClassVar[str] = ""            # as dump.json names it: pytorch / mindspore / mindtorch
     # Optional (None: not offered). ``content_key(tensor)``: a hashable key equal for the same
     # unchanged tensor (e.g. (id, version)), or None -- statistics of an unchanged tensor are then
-    # reused. ``host_summary(tensor, md5) -> Optional[dict]``: the whole statistics summary (meta,
-    # Max/Min/Mean/Norm, requires_grad, with `md5` the CRC-32) in one call when it can be made on
-    # the host now, else None (the general path then runs): the hot path of every recorded call.
+    # reused. ``host_summary(tensor, md5, share) -> Optional[dict]``: the whole statistics summary
+    # (meta, Max/Min/Mean/Norm, requires_grad, with `md5` the CRC-32) in one call when it can be
+    # made on the host now, else None (the general path then runs): the hot path of every recorded
+    # call. With `share` the caller only reads the dict: one made for the same tensor unchanged
+    # may be returned again.
     content_key: ClassVar[Optional[Callable[..., Any]]] = None
     host_summary: ClassVar[Optional[Callable[..., Any]]] = None
 
@@ -143,7 +145,7 @@ class Summarizer:
         self.deferred_bytes = 0
         self._seen: dict = {}                # content key -> _Seen: one step folder (defer: one flush)
         fast = values and summary_mode in ("statistics", "md5")
-        self._host_summary: Optional[Callable[[Any, bool], Optional[dict]]] = \
+        self._host_summary: Optional[Callable[..., Optional[dict]]] = \
             adapter.host_summary if fast else None
         self._host_md5 = summary_mode == "md5" and not defer      # async_dump: CRCs from copies, later
         if self._host_md5 and hasattr(adapter, "reuse_copies"):
@@ -204,7 +206,7 @@ class Summarizer:
         out = []
         for v in values:
             if type(v) in tensor_types:
-                row = host(v, md5)
+                row = host(v, md5, True)     # shared: a record's summaries are only read
                 if row is not None:
                     out.append(row)
                     continue

@@ -26,6 +26,7 @@ from .._depth import internal
 # with no bytes of their own (DTensor: a local shard inside; FakeTensor, FunctionalTensor: none at
 # all, data_ptr() raises or is 0): a raw read of one crashes the process.
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+SHARED_SUMMARIES = 8         # host_summary(share=True): how many recent summaries may be handed out again
 
 _FLOATS = {torch.float16, torch.bfloat16, torch.float32}
 _NATIVE_CODES = {torch.float32: native.F32, torch.float64: native.F64, torch.float16: native.F16,
@@ -156,6 +157,8 @@ class TorchAdapter(TensorAdapter):
         # in-place change (views share it).
         self._recent: Dict[Any, Tuple[Any, int, Any, int]] = {}    # (tensor ref, version, stats, address)
         self._crcs: Dict[Any, Tuple[Any, int, Any, int]] = {}      # the same for CRC-32s
+        # id(tensor) -> (tensor ref, version, shape, md5?, summary): host_summary's last shared dicts
+        self._shared: Dict[int, Tuple[Any, int, Any, bool, dict]] = {}
         self._native = native.Stats() if native.available() else None
         self._dtype_names = _DtypeNames()
         # summary_mode md5 (set by the Summarizer): the contiguous copy the statistics made of a
@@ -268,13 +271,26 @@ class TorchAdapter(TensorAdapter):
         with torch.no_grad():
             return _stats(t)
 
-    def host_summary(self, t: torch.Tensor, md5: bool = False) -> Optional[dict]:
+    def host_summary(self, t: torch.Tensor, md5: bool = False, share: bool = False) -> Optional[dict]:
         """The summary of a contiguous CPU tensor in one call: meta, the native kernel's
         statistics (or those of the same bytes seen unchanged earlier in the step, as
         ``stats``), requires_grad, and with `md5` the CRC-32 (reused as ``crc32`` does). None
         for anything else (the general path). The same dict as the general path, key order
         included (tests/core/test_shortcuts.py); `_cached` and `_allocated` inlined (~2,000
-        summaries a GPT-2 step, half of them hits)."""
+        summaries a GPT-2 step, half of them hits).
+
+        `share`: the caller only reads the dict (``Summarizer.plain``), so one of the last
+        ``SHARED_SUMMARIES`` made is returned again for the same tensor object at the same
+        version, shape and requires_grad (an output that is the next call's input, an argument
+        given twice). Every in-place change of a tensor's values or metadata moves its version
+        counter; ``requires_grad_()`` does not, hence that check; the shape guards
+        ``t.data = ...``. Only a few are kept: a dict alive for long is promoted towards the
+        interpreter's full collections (Collector._emit)."""
+        if share:
+            kept = self._shared.get(id(t))
+            if kept is not None and kept[0]() is t and kept[1] == t._version and kept[2] == t.shape and \
+                    kept[3] == md5 and kept[4]["requires_grad"] is t.requires_grad:
+                return kept[4]
         native_stats = self._native
         if native_stats is None or type(t) not in _PLAIN_TYPES or not t.is_cpu:
             return None
@@ -291,9 +307,12 @@ class TorchAdapter(TensorAdapter):
         hit = self._recent.get(key)
         row = None
         allocated = False
+        ref = None                           # a weak reference to `t`
         if hit is not None and hit[1] == version:      # _cached(self._recent, key, t, version)
             owner = hit[0]()
             if owner is not None and owner.data_ptr() == address and (owner is t or owner._version == version):
+                if owner is t:
+                    ref = hit[0]
                 row = hit[2]
                 if type(row) not in HOST_ROW:
                     return None              # a framework handle from the general path
@@ -306,7 +325,8 @@ class TorchAdapter(TensorAdapter):
             row = native_stats.row(address, n, _NATIVE_CODES[dtype])
             if row is None:
                 return None                  # NaN/Inf: the framework path
-            self._recent[key] = (weakref.ref(t), version, row, address)
+            ref = weakref.ref(t)
+            self._recent[key] = (ref, version, row, address)
         out = {"type": "torch.Tensor", "dtype": self._dtype_names[dtype], "shape": list(t.shape), "Max": typed(row[0]),
                "Min": typed(row[1]), "Mean": row[2], "Norm": row[3], "requires_grad": t.requires_grad}
         if md5:
@@ -317,6 +337,11 @@ class TorchAdapter(TensorAdapter):
                 crc = self._crc32(t, n, True)
                 self._crcs[key] = (weakref.ref(t), version, crc, address)
             out["md5"] = crc
+        if share:
+            shared = self._shared
+            shared[id(t)] = (ref if ref is not None else weakref.ref(t), version, t.shape, md5, out)
+            if len(shared) > SHARED_SUMMARIES:
+                del shared[next(iter(shared))]       # the oldest
         return out
 
     def stats_to_host(self, handles: List[Any]) -> List[List[Optional[float]]]:
@@ -324,6 +349,7 @@ class TorchAdapter(TensorAdapter):
             return self._stats_to_host(handles)
 
     def reset(self) -> None:
+        self._shared.clear()
         self._recent.clear()
         self._crcs.clear()
         self._copy = None
