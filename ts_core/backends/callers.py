@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from types import CodeType, FrameType
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 _TOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 USER, INTERNAL, TRANSPARENT = 0, 1, 2
@@ -28,13 +28,18 @@ class CallerFilter:
     def __init__(self, internal_dirs: Sequence[str], transparent_dirs: Sequence[str] = ()):
         self._internal = tuple(d.rstrip(os.sep) + os.sep for d in internal_dirs)
         self._transparent = (_TOOL_DIR,) + tuple(d.rstrip(os.sep) + os.sep for d in transparent_dirs)
-        self._kinds: Dict[CodeType, int] = {}
+        # id(code) -> kind: an int key hashes in no time, a code object's hash is recomputed
+        # on every lookup (0.06-0.33 us for a transformers forward); _codes keeps each code
+        # object alive, so its id is never reused for another
+        self._kinds: Dict[int, int] = {}
+        self._codes: List[CodeType] = []
 
     def _kind(self, code: CodeType) -> int:
         name = code.co_filename
         kind = TRANSPARENT if name.startswith(self._transparent) else \
             INTERNAL if name.startswith(self._internal) else USER
-        self._kinds[code] = kind
+        self._codes.append(code)
+        self._kinds[id(code)] = kind
         return kind
 
     def internal_call(self) -> bool:
@@ -44,7 +49,7 @@ class CallerFilter:
         kinds = self._kinds
         while frame is not None:
             code = frame.f_code
-            kind = kinds.get(code)
+            kind = kinds.get(id(code))
             if kind is None:
                 kind = self._kind(code)
             if kind != TRANSPARENT:
