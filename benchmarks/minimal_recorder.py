@@ -6,8 +6,9 @@ call and of each output after it), a backward record per call whose output needs
 (the gradients a hook on the output's node sees); at L0 a forward record per module call (its
 inputs, outputs and own parameters), a backward record from a hook on its output's node and a
 ``parameters_grad`` record per module with parameters; mix both; the stack id of each
-forward record, and dump.json / stack.json / construct.json in ``step{N}/rank/``. It uses tsprobe's own C parts (the statistics
-kernel, the CRC-32, the raw frame walker) and msgspec, so what it costs beyond the kernels' floor
+forward record, and dump.json / stack.json / construct.json in ``step{N}/rank/``. It uses
+tsprobe's own C parts (the statistics kernel, the CRC-32, the raw frame walker) and msgspec, and
+reuses statistics and summaries as tsprobe does, so what it costs beyond the kernels' floor
 is the Python a recorder of this output cannot avoid: one wrapper per call, the torch attribute
 reads per tensor, one dict per summary and record, one JSON encoding per record, one autograd
 hook per grad-requiring call, and the step's files.
@@ -66,8 +67,9 @@ class MinimalRecorder:
         self.data: Dict[str, bytes] = {}
         self.stack_of: Dict[bytes, int] = {}      # raw stack -> id
         self.stacks: Dict[int, list] = {}         # id -> [keys, frames]
-        self.recent: Dict[tuple, tuple] = {}      # (address, numel, dtype) -> (owner, version, summary)
-        self.open: List[tuple] = []               # modules running: (key, input summaries)
+        self.recent: Dict[Any, tuple] = {}        # (address, numel, dtype) or id -> (owner, version, row, crc)
+        self.shared: Dict[int, tuple] = {}        # id(tensor) -> (owner, version, shape, summary): the last 8
+        self.open: List[tuple] = []               # modules running: (keys, input summaries)
         self.param_grads: Dict[str, dict] = {}    # parameters_grad key -> {name: summary}
 
     # -- patching ---------------------------------------------------------------------------
@@ -182,24 +184,41 @@ class MinimalRecorder:
             if isinstance(v, (list, tuple)):
                 return [self._summary(x) for x in v]
             return {"type": type(v).__name__}
-        address, n, version = v.data_ptr(), v.numel(), v._version
-        hit = self.recent.get((address, n, v.dtype))
-        if hit is not None and hit[1] == version and hit[0]() is v:
-            return hit[2]
+        version = v._version
+        kept = self.shared.get(id(v))          # the same tensor unchanged since its summary
+        if kept is not None and kept[0]() is v and kept[1] == version and kept[2] == v.shape and \
+                kept[3]["requires_grad"] is v.requires_grad:
+            return kept[3]
+        address, n = v.data_ptr(), v.numel()
         out = {"type": "torch.Tensor", "dtype": str(v.dtype), "shape": list(v.shape),
                "requires_grad": v.requires_grad}
-        code = _CODES.get(v.dtype)
-        t = v if v.is_contiguous() else v.contiguous()
-        row = self.row(t.data_ptr(), n, code) if code is not None and n and v.is_cpu else None
-        if row is None and n:
-            f = t.detach().double()
-            row = (f.max().item(), f.min().item(), f.mean().item(), f.norm().item())
+        contiguous = v.is_contiguous()
+        key = (address, n, v.dtype) if contiguous else id(v)
+        hit = self.recent.get(key)          # the same bytes unchanged (this tensor, or a view of them)
+        owner = hit[0]() if hit is not None and hit[1] == version else None
+        if owner is not None and owner.data_ptr() == address and (owner is v or owner._version == version):
+            row, crc = hit[2], hit[3]
+        else:
+            t = v if contiguous else v.contiguous()
+            code = _CODES.get(v.dtype)
+            row = self.row(t.data_ptr(), n, code) if code is not None and n and v.is_cpu else None
+            if row is None and n:
+                f = t.detach().double()
+                row = (f.max().item(), f.min().item(), f.mean().item(), f.norm().item())
+            crc = None
+            if self.md5 and n and v.is_cpu:
+                crc = native.crc32_hex((ctypes.c_ubyte * (n * t.element_size())).from_address(t.data_ptr()))
+            if address:
+                self.recent[key] = (weakref.ref(v), version, row, crc)
         if row is not None:
             out["Max"], out["Min"], out["Mean"], out["Norm"] = row
-        if self.md5 and n and v.is_cpu:
-            out["md5"] = native.crc32_hex((ctypes.c_ubyte * (n * t.element_size())).from_address(t.data_ptr()))
-        if address:
-            self.recent[(address, n, v.dtype)] = (weakref.ref(v), version, out)
+        if crc is not None:
+            out["md5"] = crc
+        # a few dicts to hand out again, not the step's: dicts alive for long are promoted
+        # towards the interpreter's full collections (as tsprobe's SHARED_SUMMARIES)
+        self.shared[id(v)] = (weakref.ref(v), version, v.shape, out)
+        if len(self.shared) > 8:
+            del self.shared[next(iter(self.shared))]
         return out
 
     def _stack(self, key: str) -> None:
