@@ -262,3 +262,75 @@ def _write(path: str, data: bytes) -> None:
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
+
+
+def _interleaved(level: str, summary: str, rounds: int) -> str:
+    """tsprobe, this recorder and no recorder on one GPT-2 4x256 model, their steps interleaved
+    in this process: the three see the same machine state, which separate processes do not (the
+    no-tool step moves 5-10% from one process to the next here). Both recorders' wrappers stay
+    installed throughout: an inactive one costs a pass-through per call in every column."""
+    import gc
+    import statistics
+    import tempfile
+    import time
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from ts_core import PrecisionDebugger
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=8192, n_positions=256, bos_token_id=0,
+                     eos_token_id=0, loss_type="ForCausalLMLoss")
+    model = GPT2LMHeadModel(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    data = torch.randint(0, 8192, (4, 64))
+    os.environ["TSPROBE_QUIET"] = "1"
+    folder = tempfile.mkdtemp(prefix="tsminimal_")
+    tsprobe = PrecisionDebugger(dump_path=os.path.join(folder, "tsprobe"), level=level, step=[], task="statistics",
+                                summary_mode=summary)
+
+    def step(recorder: Any) -> float:
+        t0 = time.process_time()
+        if recorder is not None:
+            recorder.start(model)
+        model(input_ids=data, labels=data).loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if recorder is not None:
+            recorder.stop()
+            recorder.step()
+        return (time.process_time() - t0) * 1e3
+
+    step(tsprobe)                   # tsprobe's wrappers first, this recorder's around them
+    recorders = {"no recorder": None, "tsprobe": tsprobe,
+                 "minimal": MinimalRecorder(os.path.join(folder, "minimal"), md5=summary == "md5", level=level)}
+    for r in recorders.values():
+        step(r)
+    gc.collect()
+    times: Dict[str, List[float]] = {k: [] for k in recorders}
+    for _ in range(rounds):
+        for k, r in recorders.items():
+            times[k].append(step(r))
+    recorders["minimal"].restore()      # neither recorder stays installed for the next mode
+    tsprobe.close()
+    import shutil
+    shutil.rmtree(folder, ignore_errors=True)
+    base = statistics.median(times["no recorder"])
+    cells = [f"{statistics.median(times[k]) / base:.3f}x (+{statistics.median(times[k]) - base:.1f} ms)"
+             for k in ("tsprobe", "minimal")]
+    return f"| {summary} {level} | {base:.1f} ms | " + " | ".join(cells) + " |"
+
+
+if __name__ == "__main__":
+    import argparse
+
+    p = argparse.ArgumentParser(description="tsprobe against the minimal recorder, steps interleaved in one "
+                                            "process (median step CPU time against no recorder)")
+    p.add_argument("--modes", default="statistics L0,statistics L1,statistics mix,md5 L1")
+    p.add_argument("--rounds", type=int, default=30)
+    args = p.parse_args()
+    print("| mode | no recorder | tsprobe | minimal recorder |\n|---|---|---|---|")
+    for mode in args.modes.split(","):
+        summary, level = mode.split()
+        print(_interleaved(level, summary, args.rounds), flush=True)
