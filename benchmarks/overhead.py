@@ -235,10 +235,13 @@ def run(tool: str, mode: str, steps: int, size: str) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    subprocess.run([sys.executable, __file__, "--worker", tool, mode, str(steps), size, out],
-                   check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with open(out) as f:
-        return json.load(f)
+    try:
+        subprocess.run([sys.executable, __file__, "--worker", tool, mode, str(steps), size, out],
+                       check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(out) as f:
+            return json.load(f)
+    finally:
+        os.unlink(out)          # one file per run: ~30 an invocation, left in /tmp before
 
 
 def main() -> None:

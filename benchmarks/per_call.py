@@ -64,6 +64,10 @@ for _ in range(5):
         rec.stop()
         rec.step()
 print(json.dumps(statistics.median(per_call)))
+if recorder == "tsprobe":
+    rec.close()
+import shutil
+shutil.rmtree(folder, ignore_errors=True)
 '''
 
 
