@@ -35,10 +35,8 @@ import torch
 
 from ts_core import native
 from ts_core.backends.torch.api_hooks import PREFIXES, _NAMESPACES, load_api_list
+from ts_core.backends.torch.tensors import _NATIVE_CODES as _CODES
 
-_CODES = {torch.float32: native.F32, torch.float64: native.F64, torch.float16: native.F16,
-          torch.bfloat16: native.BF16, torch.int64: native.I64, torch.int32: native.I32,
-          torch.bool: native.BOOL, torch.uint8: native.U8, torch.int8: native.I8}
 _SCALARS = (int, float, bool, str, type(None))
 
 
@@ -274,17 +272,10 @@ def _interleaved(level: str, summary: str, rounds: int) -> str:
     import tempfile
     import time
 
-    from transformers import GPT2Config, GPT2LMHeadModel
-
+    from overhead import gpt2_workload
     from ts_core import PrecisionDebugger
 
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=8192, n_positions=256, bos_token_id=0,
-                     eos_token_id=0, loss_type="ForCausalLMLoss")
-    model = GPT2LMHeadModel(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    data = torch.randint(0, 8192, (4, 64))
+    model, opt, data = gpt2_workload()
     os.environ["TSPROBE_QUIET"] = "1"
     folder = tempfile.mkdtemp(prefix="tsminimal_")
     tsprobe = PrecisionDebugger(dump_path=os.path.join(folder, "tsprobe"), level=level, step=[], task="statistics",

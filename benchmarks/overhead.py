@@ -57,7 +57,9 @@ WARMUP = 2
 FAR_STEP = 100000
 
 
-def _worker(tool: str, mode: str, steps: int, size: str, out: str) -> None:
+def gpt2_workload(size: str = "4x256") -> tuple:
+    """(model, AdamW optimizer, batch): the GPT-2 training step every speed figure here is of
+    (`size`: layers x width; batch 4x64, vocabulary 8192, one thread, seed 0)."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -67,8 +69,11 @@ def _worker(tool: str, mode: str, steps: int, size: str, out: str) -> None:
     cfg = GPT2Config(n_layer=layers, n_embd=width, n_head=4, vocab_size=8192, n_positions=256,
                      bos_token_id=0, eos_token_id=0, loss_type="ForCausalLMLoss")
     model = GPT2LMHeadModel(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    data = torch.randint(0, 8192, (4, 64))
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-4), torch.randint(0, 8192, (4, 64))
+
+
+def _worker(tool: str, mode: str, steps: int, size: str, out: str) -> None:
+    model, opt, data = gpt2_workload(size)
     spec = MODES[mode]
     total = WARMUP + steps
     dump = tempfile.mkdtemp(prefix="tsbench_")

@@ -111,7 +111,6 @@ class Collector:
                             tensor_format=self.cfg.tensor_format)
         if self._idle_flusher is None and not self.cfg.async_dump:
             self._idle_flusher = _IdleFlusher(self)
-        self.summ.reset()
         self.summ.save_tensor = self.dump.save_tensor if files else None
         self.summ.link_tensor = self.dump.link_tensor if files else None
         if self.diff is not None:
@@ -136,7 +135,7 @@ class Collector:
         if self.dump is not None:
             self.dump.close()
             self.dump = None
-        self.summ.reset()           # the step's caches (and summaries kept to share) go now, not at the next start
+        self.summ.reset()           # the step's caches (and summaries kept to share): also for open_step
         self.module_stack.clear()
         self.backward_modules.clear()
 
