@@ -86,9 +86,42 @@ def build(variant=None):
     return model, torch.randn(8, 16)
 
 
+class LoopOptimizer:
+    """AdamW or SGD with momentum as torch's per-parameter (for-loop) implementation computes
+    them, written here: a user's optimizer, whose tensor calls the dump records (torch's own
+    optimizers are machinery it does not record, ``backends/callers.py``)."""
+
+    def __init__(self, params, kind, lr):
+        self.params, self.kind, self.lr = list(params), kind, lr
+        self.state = [None] * len(self.params)
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self):
+        self.t += 1
+        for i, p in enumerate(self.params):
+            g = p.grad
+            if self.kind == "sgd":
+                buf = self.state[i]
+                buf = self.state[i] = g.clone() if buf is None else buf.mul_(0.9).add_(g)
+                p.add_(buf, alpha=-self.lr)
+                continue
+            if self.state[i] is None:
+                self.state[i] = (torch.zeros_like(p), torch.zeros_like(p))
+            m, v = self.state[i]
+            p.mul_(1 - self.lr * 1e-2)
+            m.lerp_(g, 0.1)
+            v.mul_(0.999).addcmul_(g, g, value=0.001)
+            denom = (v.sqrt() / (1 - 0.999 ** self.t) ** 0.5).add_(1e-8)
+            p.addcdiv_(m, denom, value=-self.lr / (1 - 0.9 ** self.t))
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+
 def run(model, x, path, level, task="tensor", optimizer="adamw"):
-    opt = (torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False) if optimizer == "adamw"
-           else torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, foreach=False))
+    opt = LoopOptimizer(model.parameters(), optimizer, 1e-3 if optimizer == "adamw" else 0.1)
     dbg = PrecisionDebugger(dump_path=str(path), task=task, level=level, step=[0])
     dbg.start(model)
     model(x).mean().backward()

@@ -32,8 +32,10 @@ class TorchBackend(Backend):
     adapter_class = TorchAdapter
     access_class = TorchAccess
     skip_dirs = (os.path.dirname(torch.__file__),)
-    # FSDP2's and DTensor's own tensor calls (callers.py); torch.compile's frame wrappers in between
-    internal_dirs = (os.path.join(os.path.dirname(torch.__file__), "distributed"),)
+    # FSDP2's and DTensor's own tensor calls, the optimizers' and gradient clipping's (whose
+    # calls torch picks per device: callers.py); torch.compile's frame wrappers in between
+    internal_dirs = tuple(os.path.join(os.path.dirname(torch.__file__), *p) for p in
+                          (("distributed",), ("optim",), ("nn", "utils", "clip_grad.py")))
     transparent_dirs = (os.path.join(os.path.dirname(torch.__file__), "_dynamo"),)
     api_patcher_class = ApiPatcher
     module_prefix = "Module"
