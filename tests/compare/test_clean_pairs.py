@@ -101,7 +101,9 @@ def test_tsprobe_and_msprobe_dumps_of_one_run_pass(interop, level, task):
     ts, ms = interop[(level, task)]
     for golden, target in ((ts, ms), (ms, ts)):
         r = _clean(golden, target)
-        assert r.counts["matched"] >= (21 if level == "L0" else 54)
+        # SGD's own add_ calls (msprobe records them, tsprobe not: torch's optimizers are machinery,
+        # whose calls differ per device) pair with nothing: the model's calls all do
+        assert r.counts["matched"] >= (21 if level == "L0" else 44)
         assert r.pairs[0].modes == [task]
     if level == "L0":
         return

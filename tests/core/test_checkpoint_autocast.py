@@ -87,4 +87,8 @@ def test_checkpointing_under_bf16_autocast_is_bit_identical_and_recorded(dump_ro
         assert f"{m}.forward.0" in data and any(k.startswith(f"{m}.backward.") for k in data), m
         assert set(data[f"{m}.parameters_grad.0"]) == {"weight", "bias"}
     assert data["Module.blocks.0.fc.Linear.forward.0"]["output"][0]["dtype"] == "torch.bfloat16"
-    assert "Module.blocks.0.fc.Linear.forward.1" in data      # the recomputation is recorded too
+    # The reentrant recomputation is recorded (autograd runs its graph: the backward records come
+    # from it); the non-reentrant one only rebuilds saved tensors of the first call's graph: it
+    # repeats recorded calls and is not recorded again (a plain run and a checkpointed one then
+    # hold the same records, test_wrapped_names.py).
+    assert ("Module.blocks.0.fc.Linear.forward.1" in data) == reentrant

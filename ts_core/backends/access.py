@@ -32,6 +32,11 @@ class ModelAccess(abc.ABC):
     def own_parameters(self, module: Any) -> Dict[str, Any]:
         """`module`'s own parameters by attribute name (not recursing)."""
 
+    def forward_parameters(self, module: Any) -> Dict[str, Any]:
+        """The parameter values a forward record of `module` holds (default: its own parameters;
+        torch: FSDP1's flattened ones, as the module's own again)."""
+        return self.own_parameters(module)
+
     def class_name(self, module: Any) -> str:
         """The class a module's records are named after (default: the module's own class)."""
         return type(module).__name__

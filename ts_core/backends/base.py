@@ -64,6 +64,10 @@ class Backend(abc.ABC):
     # looked through to find the caller.
     internal_dirs: ClassVar[Tuple[str, ...]] = ()
     transparent_dirs: ClassVar[Tuple[str, ...]] = ()
+    # True while activation checkpointing re-runs a forward during backward to rebuild what it
+    # did not keep: those calls repeat recorded ones (whose backward records come from the
+    # first run's graph) and are not recorded again. None: the framework has no such re-run.
+    recomputing: ClassVar[Optional[Callable[[], bool]]] = None
 
     def __init__(self, cfg: Any, collector: Any, switch: Any):
         self.cfg = cfg
@@ -254,6 +258,8 @@ class Backend(abc.ABC):
         try:
             if self._callers is not None and self._callers.internal_call():
                 return orig(*args, **kwargs)
+            if self.recomputing is not None and self.recomputing():
+                return orig(*args, **kwargs)
             col = self.collector
             call = col.begin(base, is_module=False)
             if not call.selected:
@@ -318,7 +324,7 @@ class Backend(abc.ABC):
         if not gate.active:
             return None
         stack = hooks.calls_in_flight(module)
-        if DEPTH.value:
+        if DEPTH.value or (self.recomputing is not None and self.recomputing()):
             stack.append(None)
             return None
         col = self.collector
@@ -356,7 +362,7 @@ class Backend(abc.ABC):
                 if call.selected:
                     if capture is not None:
                         self._watch_module_outputs_impl(capture, output, args, inplace)
-                    params = self.access.own_parameters(module)
+                    params = self.access.forward_parameters(module)
                     col.forward_outputs(call, output, params or None)
             finally:
                 col.end(call)

@@ -20,7 +20,7 @@ from ..base import Backend
 from . import compiled
 from .access import TorchAccess
 from .api_hooks import ApiPatcher, node_target
-from .grad_capture import GradCapture, release_leaf_hooks
+from .grad_capture import GradCapture, recomputing, release_leaf_hooks
 from .tensors import TorchAdapter
 
 __all__ = ["TorchBackend", "TorchAdapter"]
@@ -39,6 +39,7 @@ class TorchBackend(Backend):
     transparent_dirs = (os.path.join(os.path.dirname(torch.__file__), "_dynamo"),)
     api_patcher_class = ApiPatcher
     module_prefix = "Module"
+    recomputing = staticmethod(recomputing)
 
     def _check_runtime_impl(self) -> None:
         compiled.watch_compiler()      # API wrappers stand aside while torch.compile compiles
@@ -56,6 +57,16 @@ class TorchBackend(Backend):
 
     def _new_step_impl(self) -> None:
         release_leaf_hooks()
+
+    def _end_step_impl(self) -> None:
+        # FSDP1 with use_orig_params=True gives its original parameters their gradients (views of
+        # the flat one) at the end of backward, without accumulating into them: no gradient hook
+        # of theirs runs. Read them here, where the hooks left nothing.
+        got = self.hooks.param_grads
+        for base, pname, param in self.hooks.watched_params():
+            if getattr(param, "_fsdp_flattened", False) and param.grad is not None and \
+                    pname not in got.get(base, ()):
+                self._on_param_grad(base, pname, param.grad)
 
     def _close_impl(self) -> None:
         release_leaf_hooks()

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
 from ..access import ModelAccess
 from . import compiled
+from .flat_params import FLAT_PARAM, FlatSlice, slices_of
 from .grad_capture import on_grad
 
 
 _MODULE_GETATTR = torch.nn.Module.__getattr__
+# Wrappers that hold the user's module as a child of this name: FSDP1's FullyShardedDataParallel
+# and activation checkpointing's CheckpointWrapper (torch.compile's ``_orig_mod``: compiled.py).
+# The child is recorded for the wrapper, under the wrapper's path and its own class: the names
+# of the plain model, so a plain run and a wrapped one compare module for module.
+WRAPPED_CHILDREN = frozenset(("_fsdp_wrapped_module", "_checkpoint_wrapped_module"))
 _PLAIN_MODULES: set = set()      # module classes seen not to be torch.compile's wrapper
+# FSDP1 flat parameters (flat_params.py): id(module) -> (the module, weakly; {name: its slice}),
+# for the modules of every hooked model whose parameters FSDP1 flattened
+_SLICES: Dict[int, Tuple[Any, Dict[str, FlatSlice]]] = {}
 
 
 def _unwrap(module: torch.nn.Module) -> torch.nn.Module:
@@ -33,7 +43,15 @@ class TorchAccess(ModelAccess):
         return isinstance(model, torch.nn.Module)
 
     def submodules(self, model: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
-        return compiled.submodules(model)
+        modules = dict((id(m), m) for m in compiled.unwrap(model).modules())
+        for key, slices in slices_of(compiled.unwrap(model)).items():
+            _SLICES[key] = (weakref.ref(modules[key]), slices)
+        for path, m in compiled.submodules(model):
+            if not WRAPPED_CHILDREN.intersection(m._modules):
+                if WRAPPED_CHILDREN.intersection(path.split(".")):
+                    path = ".".join(p for p in path.split(".") if p not in WRAPPED_CHILDREN)
+                if path:                   # "": the root's own module (the root is not recorded)
+                    yield path, m
 
     def class_name(self, module: torch.nn.Module) -> str:
         # a compiled wrapper is named as the module it wraps; fully_shard swaps a module's class
@@ -48,6 +66,10 @@ class TorchAccess(ModelAccess):
     def own_parameters(self, module: torch.nn.Module) -> Dict[str, Any]:
         # named_parameters(recurse=False) without its generator chain (every module call at L0
         # and mix): one name per parameter object, in order
+        if _SLICES:
+            flat = _flat_slices(module)
+            if flat is not None:
+                return flat
         params = (module if type(module) in _PLAIN_MODULES else _unwrap(module))._parameters
         if not params:
             return {}
@@ -58,6 +80,13 @@ class TorchAccess(ModelAccess):
                 seen.add(p)
                 own[name] = p
         return own
+
+    def forward_parameters(self, module: torch.nn.Module) -> Dict[str, Any]:
+        params = self.own_parameters(module)
+        if not _SLICES or not any(type(p) is FlatSlice for p in params.values()):
+            return params
+        values = {name: p.value(module, name) if type(p) is FlatSlice else p for name, p in params.items()}
+        return {name: v for name, v in values.items() if v is not None}
 
     def module_is_inplace(self, module: torch.nn.Module) -> bool:
         # ReLU(inplace=True): its input is overwritten. Read from the instance's own attributes
@@ -74,8 +103,8 @@ class TorchAccess(ModelAccess):
     def grad_recording(self) -> bool:
         return torch.is_grad_enabled()
 
-    def accumulated_grad(self, param: torch.Tensor) -> Optional[torch.Tensor]:
-        return param.grad
+    def accumulated_grad(self, param: Any) -> Optional[torch.Tensor]:
+        return param.grad() if type(param) is FlatSlice else param.grad
 
     def rank(self) -> Optional[int]:
         dist = torch.distributed
@@ -98,7 +127,9 @@ class TorchAccess(ModelAccess):
         return module.register_forward_hook(compiled.outside_graph(fn, self._breaks(compile_mode)),
                                             with_kwargs=True, always_call=True)
 
-    def param_grad_hook(self, param: torch.Tensor, fn: Callable[[Any], None]) -> Any:
+    def param_grad_hook(self, param: Any, fn: Callable[[Any], None]) -> Any:
+        if type(param) is FlatSlice:
+            return param.hook(fn)
         return param.register_post_accumulate_grad_hook(lambda p: fn(p.grad))
 
     def grad_hook(self, tensor: torch.Tensor, fn: Callable[[Any], None]) -> bool:
@@ -108,6 +139,17 @@ class TorchAccess(ModelAccess):
     def backward_end(self, callback: Callable[[], None]) -> Optional["BackwardEnd"]:
         queue = _queue_callback()
         return None if queue is None else BackwardEnd(queue, callback)
+
+
+def _flat_slices(module: torch.nn.Module) -> Optional[Dict[str, Any]]:
+    """`module`'s own parameters where FSDP1 flattened some (its real ones but the flat
+    parameter itself, then the slices of those it took), else None."""
+    entry = _SLICES.get(id(module))
+    if entry is None or entry[0]() is not module:
+        return None
+    own = {name: p for name, p in module._parameters.items() if p is not None and name != FLAT_PARAM}
+    own.update(entry[1])
+    return own
 
 
 def _queue_callback() -> Optional[Callable[[Callable[[], None]], None]]:

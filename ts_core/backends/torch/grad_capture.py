@@ -46,6 +46,8 @@ _ACCUMULATE_GRAD = torch._C._functions.AccumulateGrad     # a leaf's node: its e
 # A custom autograd.Function's node: its backward is Python and may call recorded APIs, which
 # must see the call's backward begun (its outputs' pre-hooks) before it runs.
 _PYTHON_NODE = torch._C._FunctionBase
+_graph_task = torch._C._current_graph_task_id           # -1 outside a backward pass
+_top_saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 _Tensor = torch.Tensor
 _STRIDED = torch.strided
 _NESTED = (list, tuple, dict)
@@ -93,6 +95,16 @@ def on_grad(t: torch.Tensor, fn: Callable[[torch.Tensor], None]) -> None:
         return
     nr = t.output_nr
     node.register_prehook(lambda grads: None if grads[nr] is None else fn(grads[nr]))
+
+
+def recomputing() -> bool:
+    """Is activation checkpointing (``torch.utils.checkpoint``, non-reentrant, what
+    ``checkpoint_wrapper`` uses) re-running a forward inside backward? Its saved-tensor hooks
+    are then on top. Outside a backward pass, one C call."""
+    if _graph_task() == -1:
+        return False
+    hooks = _top_saved_hooks(False)
+    return hooks is not None and getattr(hooks[0], "__qualname__", "").startswith("_recomputation_hook")
 
 
 def release_leaf_hooks() -> None:

@@ -188,8 +188,9 @@ def _harmless_reason(call: Call, side: Side) -> Optional[str]:
     unread = not set(roots(side.flow, info.outs)) & side.consumed
     if info.outs and unread and all(precision(o.leaf.get("dtype")) is None for o in info.outs):
         return f"integer bookkeeping ({info.op}, e.g. a step counter) that no recorded call reads"
+    # msprobe gives the optimizer's calls the parent "optimizer" (tsprobe records none of torch's)
     if unread and call.direction == FORWARD and call.kind == "api" and side.after_backward(call) \
-            and side.parent_of(call) is None:
+            and side.parent_of(call) in (None, "optimizer"):
         return (f"an update after the backward pass ({info.op}, e.g. the optimizer's) that the other side does not "
                 f"record; no recorded call reads its result")
     return None

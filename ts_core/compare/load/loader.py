@@ -16,6 +16,7 @@ from ...dumpfmt import (INPUT, DumpFormatError, OUTPUT, PARAMETER, DumpUnit, Ent
                        read_stacks, record_entries)
 from ...dumpfmt.tensor_store import TensorStore, load_tensor_file, open_tensors
 from .autograd_order import reorder
+from .wrappers import unwrap_keys
 
 __all__ = ["Dump", "DumpUnit", "Call", "Entry", "find_dumps", "read_json", "record_to_call", "is_tensor_summary",
            "load_tensor_file", "pair_units", "INPUT", "OUTPUT", "PARAMETER"]
@@ -59,6 +60,8 @@ class Dump:
         order = reorder(self.path, unit.rank, self.framework, self.data)   # msprobe: backward grads in our order
         self.data, self.transposed, self.unplaced = order.data, order.transposed, order.unplaced
         self.msprobe = order.msprobe
+        self.data, self._renamed = unwrap_keys(self.data)    # FSDP1/checkpoint/compile wrappers' names
+        self.unplaced = {self._renamed.get(k, k) for k in self.unplaced}
         self._stack: Optional[Dict[str, List[str]]] = None
         self._construct: Optional[Dict[str, Any]] = None
         self._tensors: Optional[TensorStore] = None
@@ -73,13 +76,14 @@ class Dump:
     def stacks(self) -> Dict[str, List[str]]:
         """key -> frames (msprobe's grouped form and the older {key: [frames]} are both read)."""
         if self._stack is None:
-            self._stack = {k: frames for keys, frames in read_stacks(str(self.dir)) for k in keys}
+            self._stack = {self._renamed.get(k, k): frames for keys, frames in read_stacks(str(self.dir))
+                           for k in keys}
         return self._stack
 
     @property
     def construct(self) -> Dict[str, Any]:
         if self._construct is None:
-            self._construct = read_construct(str(self.dir))
+            self._construct = _renamed_construct(read_construct(str(self.dir)), self._renamed)
         return self._construct
 
     @property
@@ -93,6 +97,20 @@ class Dump:
         array = self.tensors.load(data_name)
         _BYTES_READ[0] += array.nbytes
         return array.T if data_name in self.transposed else array    # msprobe's weight^T gradient
+
+
+def _renamed_construct(construct: Dict[str, Any], renamed: Dict[str, str]) -> Dict[str, Any]:
+    """construct.json under the keys ``unwrap_keys`` gave; a dropped record's children get its parent."""
+    if not renamed:
+        return construct
+
+    def parent(key: Any) -> Any:
+        for _ in range(64):                 # a chain of dropped wrappers, never a cycle
+            if key is None or renamed.get(key, key):
+                break
+            key = construct.get(key)
+        return renamed.get(key, key) if key is not None else None
+    return {renamed.get(k, k): parent(v) for k, v in construct.items() if renamed.get(k, k)}
 
 
 _BYTES_READ = [0]      # tensor bytes this process loaded (the statistics-first saving, executor.py)
