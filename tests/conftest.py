@@ -17,6 +17,22 @@ def require(module: str):
     return pytest.mark.skipif(not _has(module), reason=f"needs {module} installed")
 
 
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.cuda`` tests skip, saying why, where torch sees no CUDA device."""
+    cuda = [item for item in items if "cuda" in item.keywords]
+    if not cuda:
+        return
+    try:
+        import torch
+
+        why = None if torch.cuda.is_available() else f"needs a CUDA GPU (torch {torch.__version__} sees none)"
+    except ImportError:
+        why = "needs torch with CUDA"
+    if why:
+        for item in cuda:
+            item.add_marker(pytest.mark.skip(reason=why))
+
+
 def load_dump(rank_dir: str) -> dict:
     with open(os.path.join(rank_dir, "dump.json"), encoding="utf-8") as f:
         return json.load(f)

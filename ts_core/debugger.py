@@ -146,6 +146,7 @@ class PrecisionDebugger:
         self._in_window = False
         self._set_switches(False)
         self._backend.end_step()
+        self._note_what_the_dump_cannot_hold()
         self._collector.finalize()
         if self.config.fingerprint:     # what the first forward did not write (collect.py)
             from .configcheck.collect import on_stop
@@ -153,6 +154,20 @@ class PrecisionDebugger:
             on_stop(self)
 
     forward_backward_dump_end = stop
+
+    def _note_what_the_dump_cannot_hold(self) -> None:
+        """A dump is never empty in silence: what the backend says the step's dump cannot hold (a
+        model compiled as a whole) goes into its dump.json (``notes``, which compare repeats) and,
+        once per debugger, into a warning."""
+        dump = self._collector.dump
+        notes = self._backend.step_notes() if dump is not None else []
+        if not notes:
+            return
+        held = dump.header.setdefault("notes", [])
+        held.extend(n for n in notes if n not in held)
+        if not getattr(self, "_notes_warned", False):
+            self._notes_warned = True
+            warnings.warn(f"tsprobe: step {self.current_step}: {notes[0]}", RuntimeWarning, stacklevel=3)
 
     def step(self, loss: Any = None) -> None:
         """End the step: flush and close its folder, then count the next step. Monitor mode:

@@ -186,6 +186,11 @@ class Backend(abc.ABC):
             for base, pname, param in self.hooks.watched_params():
                 self._on_param_grad(base, pname, self.access.accumulated_grad(param))
 
+    def step_notes(self) -> list:
+        """What a reader of this step's dump must know about what it cannot hold (a model that
+        ran where hooks cannot see), in words with the option that changes it; [] when nothing."""
+        return self._step_notes_impl()
+
     def rank(self) -> Optional[int]:
         """This process's rank in the framework's distributed group; None when not distributed."""
         return self.access.rank()
@@ -461,6 +466,10 @@ class Backend(abc.ABC):
 
     def _close_impl(self) -> None:
         """Undo the framework's own patches beyond APIs and hooks."""
+
+    def _step_notes_impl(self) -> list:
+        """See ``step_notes`` (default: nothing to say)."""
+        return []
 
 
 class _ModuleRecords(ModelHook):

@@ -167,6 +167,10 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
               "unmatched_target": sum(1 for s in seqs for cp in s if cp.golden is None),
               "rows": len(rows), **count_rows(rows)}
     modes = sorted({r.mode for r in rows if r.mode in ("tensor", "statistics", "md5")})
+    notes += [f"{side} dump: {n}" for side, d in (("golden", gd), ("target", td)) for n in d.notes]
+    if gd.notes or td.notes:
+        note += "; one dump could not see inside part of its model (its note is in the warnings): a " \
+                "divergence may lie inside that region"
     warnings = notes + [f"{side} dump is marked incomplete (the run stopped early): {d.path}"
                 for side, d in (("golden", gd), ("target", td)) if d.incomplete]
     return PairResult(step, rank, str(golden.json_path), str(target.json_path), rows, fd, note, counts, modes,

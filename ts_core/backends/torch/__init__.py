@@ -12,6 +12,7 @@ wrappers are transparent inside compiled regions; a compiled model is named as t
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Optional
 
 import torch
@@ -40,6 +41,30 @@ class TorchBackend(Backend):
     api_patcher_class = ApiPatcher
     module_prefix = "Module"
     recomputing = staticmethod(recomputing)
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._models: list = []          # weak references to the models given to start()
+
+    def install(self, model: Any = None) -> None:
+        super().install(model)
+        for m in (model if isinstance(model, (list, tuple)) else [model] if model is not None else []):
+            if not any(ref() is m for ref in self._models):
+                self._models.append(weakref.ref(m))
+
+    def _step_notes_impl(self) -> list:
+        mode = compiled.mode(self.cfg.compile_mode)
+        if mode != "boundaries":
+            return []
+        whole = [m for m in (ref() for ref in self._models) if m is not None and compiled.compiled_whole(m)]
+        if not whole:
+            return []
+        name = type(compiled.unwrap(whole[0])).__name__
+        return [f"the model {name} ran compiled as a whole by torch.compile, and in compile_mode 'boundaries' (the "
+                f"default) no call inside a compiled region is recorded: this dump holds only the calls made "
+                f"outside it and the parameter gradients, so a divergence inside {name} is not localised. Set "
+                f"compile_mode 'shadow' (TSPROBE_COMPILE=shadow: its modules recorded by an eager re-run, the "
+                f"compiled training unchanged) to localise it"]
 
     def _check_runtime_impl(self) -> None:
         compiled.watch_compiler()      # API wrappers stand aside while torch.compile compiles

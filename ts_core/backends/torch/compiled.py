@@ -244,6 +244,11 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def compiled_whole(model: torch.nn.Module) -> bool:
+    """Does `model` run as one compiled region (``torch.compile(model)`` or ``model.compile()``)?"""
+    return unwrap(model) is not model or getattr(model, "_compiled_call_impl", None) is not None
+
+
 def submodules(model: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
     """(path, module) for every submodule, named as in the uncompiled model: a submodule the user
     replaced by ``torch.compile(sub)`` is hooked as the compiled wrapper (whose hooks run

@@ -57,6 +57,8 @@ class Dump:
         self.data_dir: Optional[str] = header.get("dump_data_dir") if isinstance(header.get("dump_data_dir"), str) \
             else None
         self.incomplete = bool(header.get("incomplete"))
+        # what the dumping tool said the dump cannot hold (a model compiled as a whole)
+        self.notes: List[str] = [str(n) for n in header.get("notes") or [] if n]
         order = reorder(self.path, unit.rank, self.framework, self.data)   # msprobe: backward grads in our order
         self.data, self.transposed, self.unplaced = order.data, order.transposed, order.unplaced
         self.msprobe = order.msprobe
