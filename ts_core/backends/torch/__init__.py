@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import torch
 
+from ...model_hooks import hooks_of
 from ..base import Backend
 from . import compiled
 from .access import TorchAccess
@@ -75,7 +76,7 @@ class TorchBackend(Backend):
         if new and compiled.mode(self.cfg.compile_mode) == "shadow":     # module records of a compiled model: shadow.py
             from .shadow import EagerShadow
 
-            self.hooks.handles.extend(EagerShadow(model, self.switch).hooks(model))
+            self.hooks.handles.append(hooks_of(model, self.access).add(EagerShadow(model, self.switch)))
 
     def _grad_capture_impl(self, emit) -> GradCapture:
         return GradCapture(emit)

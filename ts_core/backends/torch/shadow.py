@@ -2,8 +2,9 @@
 compiled model without touching the compiled program.
 
 The compiled call itself runs as without tsprobe (module hooks are invisible to dynamo, as in
-mode ``boundaries``). Two hooks on the root model break the graph only at its edges (measured:
-the compiled graph and its numbers unchanged, bf16 included): they capture the compiled call's
+mode ``boundaries``). Two hooks on the root model (a client of its hook owner, model_hooks.py)
+break the graph only at its edges (measured: the compiled graph and its numbers unchanged, bf16
+included): they capture the compiled call's
 real inputs and, after it, re-run the root's ``forward`` eagerly on them (an eager shadow: the
 module hooks record it as in an eager run; it runs on copies of the buffers and a forked RNG
 state, its inputs are detached so its graph is its own). When backward brings the gradients of the compiled
@@ -20,6 +21,7 @@ from typing import Any, List, Optional
 
 import torch
 
+from ...model_hooks import ModelHook
 from ..structure import leaves
 from . import compiled
 
@@ -36,8 +38,14 @@ def _detached(obj: Any) -> Any:
     return torch.utils._pytree.tree_map_only(torch.Tensor, one, obj)
 
 
-class EagerShadow:
-    """The root hooks of mode ``shadow`` on one model; `gate.active` says when to record."""
+class EagerShadow(ModelHook):
+    """The root hooks of mode ``shadow`` on one model, a client of its hook owner
+    (``model_hooks.py``: one owner per model); `gate.active` says when to record. At the model's
+    edge (``compile_mode`` None): while dynamo traces, the owner's torch access puts a graph break
+    there (or nothing, under fullgraph); an eager call of an uncompiled root does nothing here
+    (its modules record themselves)."""
+
+    compile_mode = None
 
     def __init__(self, model: torch.nn.Module, gate: Any):
         self.model = compiled.unwrap(model)
@@ -45,29 +53,15 @@ class EagerShadow:
         self.gate = gate
         self.inputs: Optional[tuple] = None
 
-    def hooks(self, root: torch.nn.Module) -> list:
-        """Register the pre/post pair on `root` (the model given to ``start``); their handles."""
-        return [root.register_forward_pre_hook(self._edge(self._pre), with_kwargs=True),
-                root.register_forward_hook(self._edge(self._post), with_kwargs=True, always_call=True)]
+    def pre_forward(self, ctx: Any, module: Any, args: tuple, kwargs: dict) -> None:
+        if self._compiled_call():
+            self._pre(module, args, kwargs)
+        return None
 
-    def _edge(self, fn: Any) -> Any:
-        """A root hook: while dynamo traces, a graph break at the edge of the compiled region (or
-        nothing, under fullgraph); at run time from compiled code `fn` runs; an eager call of an
-        uncompiled root does nothing (its modules record themselves)."""
-        # dynamo is never imported by tsprobe first (compiled.dynamo_loaded)
-        eager_fn = torch.compiler.disable(fn, recursive=True) if compiled.dynamo_loaded() else None
-
-        def hook(*args: Any, **kwargs: Any) -> Any:
-            if compiled.compiling():
-                if eager_fn is None or compiled.graph_breaks_forbidden():
-                    return None
-                return eager_fn(*args, **kwargs)
-            if self._compiled_call():
-                return fn(*args, **kwargs)
-            return None
-        compiled._FRAMES[hook.__code__] = (compiled._SKIP, compiled._SKIP)
-        compiled.watch_compiler()
-        return hook
+    def post_forward(self, ctx: Any, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        if self._compiled_call():
+            self._post(module, args, kwargs, output)
+        return None
 
     def _compiled_call(self) -> bool:
         """Is this (eager) call of the root hooks that of a compiled call? ``torch.compile(model)``
