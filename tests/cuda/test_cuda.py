@@ -117,3 +117,35 @@ def test_a_compiled_model_on_cuda_is_never_dumped_empty_in_silence(tmp_path):
     dbg.close()
     head = load_dump(os.path.join(str(tmp_path / "d"), "step0", "rank"))
     assert any("compile_mode" in n for n in head.get("notes", [])), json.dumps(head)[:500]
+
+
+def test_shadow_mode_keeps_a_compiled_cuda_model_with_dropout_bit_identical(tmp_path):
+    """The shadow's eager re-run draws its dropout from forked CUDA streams: the compiled
+    training's next random numbers, so its losses, are those of the run without the tool."""
+    from ts_core import PrecisionDebugger
+
+    def train(dump):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Dropout(0.3), torch.nn.Linear(32, 1)).cuda()
+        fn = torch.compile(model)
+        x = torch.randn(16, 8, device="cuda")
+        dbg = PrecisionDebugger(dump_path=dump, level="mix", step=[0, 1, 2], compile_mode="shadow") if dump else None
+        losses = []
+        for _ in range(3):
+            if dbg:
+                dbg.start(fn)
+            loss = fn(x).pow(2).mean()
+            loss.backward()
+            losses.append(loss.detach())
+            if dbg:
+                dbg.stop()
+                dbg.step()
+        if dbg:
+            dbg.close()
+        return losses
+
+    ref, got = train(None), train(str(tmp_path / "d"))
+    assert all(torch.equal(a, b) for a, b in zip(ref, got))
+    data = load_dump(os.path.join(str(tmp_path / "d"), "step0", "rank"))["data"]
+    assert any(k.startswith("Module.1.Dropout.forward") for k in data)

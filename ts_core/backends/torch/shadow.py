@@ -97,7 +97,11 @@ class EagerShadow(ModelHook):
                     swapped.append((m, name, buf))
                     m._buffers[name] = buf.detach().clone()
         try:
-            with torch.random.fork_rng(devices=[]):
+            # the shadow's random ops (dropout) draw from forked streams: the CPU's and, on a GPU,
+            # those of the model's devices (devices=[] forks the CPU's alone: a CUDA dropout in the
+            # shadow would move the training's next random numbers)
+            cuda = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
+            with torch.random.fork_rng(devices=cuda):
                 shadow = model.forward(*s_args, **s_kwargs)
         finally:
             for m, name, buf in swapped:
