@@ -133,15 +133,18 @@ def test_md5_of_every_tensor_matches_its_file_through_a_training_step(tmp_path):
     def run(root, task):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
-        opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+        bufs = [torch.zeros_like(p) for p in model.parameters()]
         x = torch.randn(5, 6)
         dbg = PrecisionDebugger(dump_path=root, task=task, level="L1", step=[0, 1], summary_mode="md5")
         for _ in range(2):
             dbg.start(model)
             loss = model(x).pow(2).mean()
             loss.backward()
-            opt.step()
-            opt.zero_grad()
+            with torch.no_grad():        # SGD with momentum in the user's code: recorded in-place updates
+                for p, buf in zip(model.parameters(), bufs):     # (torch.optim's calls are not recorded)
+                    buf.mul_(0.9).add_(p.grad)
+                    p.add_(buf, alpha=-0.1)
+                    p.grad = None
             dbg.stop()
             dbg.step()
         dbg.close()

@@ -43,8 +43,11 @@ def test_cuda_dump_holds_the_cpu_dumps_records_and_values(tmp_path, level, mode,
     da, db = _data(cpu), _data(gpu)
     assert [k for k in da if "parameters_grad" not in k] == [k for k in db if "parameters_grad" not in k]
     assert set(da) == set(db)
-    if dropout:
-        return           # the two devices draw different random streams: values differ from the dropout on
+    if dropout or mode == "md5":
+        return           # dropout: the devices draw different random streams; md5: float bits differ
+    for k in ("Module.transformer.ln_f.LayerNorm.forward.0", "Functional.layer_norm.4.forward"):
+        if k in da and da[k]["output"][0].get("Max") is not None:     # statistics within float tolerance
+            assert da[k]["output"][0]["Max"] == pytest.approx(db[k]["output"][0]["Max"], rel=1e-4, abs=1e-5)
     assert torch.allclose(a["loss"], b["loss"], rtol=1e-4, atol=1e-5)
     r = compare(cpu, gpu, verbose=False)
     assert r.verdict == "pass", r.pairs[0].note
