@@ -17,6 +17,7 @@ recorded (``use_orig_params=True`` records it per parameter, as FSDP2 does).
 """
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import Any, Callable, Dict, Optional
 
@@ -59,11 +60,29 @@ class FlatSlice:
         return None if flat is None else self.of(flat.grad)
 
     def hook(self, fn: Callable[[Any], None]) -> Any:
-        """``fn(this parameter's gradient)`` after each accumulation into the flat parameter."""
+        """``fn(this parameter's gradient)`` after each accumulation into the flat parameter (a
+        shard of it that does not hold this parameter: a warning, once, and nothing recorded)."""
         flat = self.flat()
         if flat is None:
             return None
-        return flat.register_post_accumulate_grad_hook(lambda p: fn(self.of(p.grad)))
+
+        def on_grad(p: torch.Tensor) -> None:
+            grad = self.of(p.grad)
+            if grad is None and p.grad is not None:
+                _warn_sharded()
+            fn(grad)
+        return flat.register_post_accumulate_grad_hook(on_grad)
+
+
+_WARNED = [False]
+
+
+def _warn_sharded() -> None:
+    if not _WARNED[0]:
+        _WARNED[0] = True
+        warnings.warn("tsprobe: FSDP1 flat parameters are sharded across ranks (use_orig_params=False): a rank holds "
+                      "no whole parameter gradient, so parameters_grad is not recorded for them. Wrap with "
+                      "use_orig_params=True to record them per parameter.", RuntimeWarning, stacklevel=2)
 
 
 def _is_flat(p: Any) -> bool:
