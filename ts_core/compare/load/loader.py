@@ -59,6 +59,7 @@ class Dump:
         order = reorder(self.path, unit.rank, self.framework, self.data)   # msprobe: backward grads in our order
         self.data, self.transposed, self.unplaced = order.data, order.transposed, order.unplaced
         self.msprobe = order.msprobe
+        self.conventions = order         # msprobe's recording conventions found (msprobe_conventions.py)
         self._stack: Optional[Dict[str, List[str]]] = None
         self._construct: Optional[Dict[str, Any]] = None
         self._tensors: Optional[TensorStore] = None
