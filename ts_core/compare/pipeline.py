@@ -168,9 +168,11 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
     elif fd is None and lone:
         note += f"; {lone} calls have no partner on the other side and were not compared"
     matched = sum(1 for seq in seqs for cp in seq if cp.golden and cp.target)
+    # calls msprobe does not record are counted apart, not as "only in" the other side
+    only_g = sum(1 for s in seqs for cp in s if cp.target is None) - (not_recorded if td.msprobe else 0)
+    only_t = sum(1 for s in seqs for cp in s if cp.golden is None) - (not_recorded if gd.msprobe else 0)
     counts = {"records_golden": len(gcalls), "records_target": len(tcalls), "matched": matched,
-              "unmatched_golden": sum(1 for s in seqs for cp in s if cp.target is None) - (not_recorded if td.msprobe else 0),
-              "unmatched_target": sum(1 for s in seqs for cp in s if cp.golden is None) - (not_recorded if gd.msprobe else 0),
+              "unmatched_golden": only_g, "unmatched_target": only_t,
               **({"not_recorded_by_msprobe": not_recorded} if not_recorded else {}),
               "rows": len(rows), **count_rows(rows)}
     modes = sorted({r.mode for r in rows if r.mode in ("tensor", "statistics", "md5")})

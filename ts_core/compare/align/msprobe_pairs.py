@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, List, Tuple
 
-from ...dumpfmt import BACKWARD, INPUT, parse_key
+from ...dumpfmt import BACKWARD, INPUT, STAT_FIELDS, is_tensor_summary, parse_key
 from ..load.msprobe_api import LOW_RISK, msprobe_records
 from ..load.msprobe_conventions import drop_checksums_from_backward
 from .pairs import CallPair
@@ -62,16 +62,27 @@ def mark_not_recorded(seqs: List[List[CallPair]], gd: Any, td: Any) -> Tuple[int
             prefix, api = _api(alone.key)
             info = parse_key(alone.key)
             # a call that returns its input (dropout in eval) creates no node for msprobe's hook
-            no_node = info.direction == BACKWARD and info.forward_key in ms.data and alone.key not in ms.data
+            no_node = info.direction == BACKWARD and alone.key not in ms.data \
+                and _returns_input(ms.data.get(info.forward_key))
             if not msprobe_records(prefix, api, low_risk_too) or no_node:
                 cp.harmless = NOT_RECORDED
-                cp.not_recorded = True
                 names[api] += 1
     n = sum(names.values())
     if not n:
         return 0, ""
     top = ", ".join(a for a, _ in names.most_common(4)) + (", ..." if len(names) > 4 else "")
     return n, f"{n} calls msprobe does not record ({top}): not compared"
+
+
+def _returns_input(forward: Any) -> bool:
+    """Does msprobe's forward record show the call's output equal to its first input (same
+    shape and statistics)?"""
+    if not isinstance(forward, dict):
+        return False
+    args, outs = forward.get("input_args") or [], forward.get("output") or []
+    a, o = (args[0] if args else None), (outs[0] if outs else None)
+    fields = ("shape", "dtype") + STAT_FIELDS
+    return is_tensor_summary(a) and is_tensor_summary(o) and all(a.get(k) == o.get(k) for k in fields)
 
 
 def unreached(cp: CallPair, role: str, ge: Any, te: Any, gd: Any, td: Any) -> bool:

@@ -42,7 +42,7 @@ class Reordered:
     inner: Dict[str, str] = field(default_factory=dict)   # of unplaced: taken at an inner autograd node -> why
     keyword_modules: List[str] = field(default_factory=list)   # of unplaced: a module's keyword inputs
     inplace_checksums: int = 0                            # in-place inputs' checksums msprobe took after the op
-    unreached: int = 0                                    # module output gradients msprobe wrote as null (counted by compare)
+    unreached: int = 0                                    # module output gradients msprobe wrote null (compare counts)
 
 
 def _is_float(leaf: dict) -> bool:
