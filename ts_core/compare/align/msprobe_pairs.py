@@ -26,10 +26,9 @@ def prepare(gd: Any, td: Any) -> List[str]:
     ms = gd if gd.msprobe else td
     c, notes = ms.conventions, []
     if c.inner:
-        keys = ", ".join(sorted(c.inner))
+        why = "; ".join(f"{k}: msprobe hooks {w}" for k, w in sorted(c.inner.items()))
         notes.append(f"{len(c.inner)} msprobe backward record(s) hold the gradient at an inner autograd node "
-                     f"({keys}: {next(iter(c.inner.values()))}): their input gradients are not compared "
-                     f"(a recording convention, not a finding)")
+                     f"({why}): their input gradients are not compared (a recording convention, not a finding)")
     if c.keyword_modules:
         notes.append(f"{len(c.keyword_modules)} msprobe module backward record(s) hold no input gradient (inputs "
                      f"passed as keywords get none from torch's full backward hook): not compared")

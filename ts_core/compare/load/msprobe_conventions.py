@@ -32,10 +32,19 @@ from typing import Any, Dict, List
 from ...dumpfmt import BACKWARD, is_tensor_summary, parse_key
 from ...dumpfmt.records import flatten
 
-# API -> the inner node msprobe hooks (a hint; the data decide nothing here): composite APIs
-# whose output's grad_fn is not the node that takes the call's inputs.
+# API -> the inner node msprobe hooks: composite functionals in msprobe's list whose output's
+# grad_fn does not take the call's input, while the gradient it passes on has the input's shape
+# (so no shape check can tell; checked with torch 2.13's autograd graph). Composites whose
+# inner gradient has another shape or count (kl_div, normalize, cosine_similarity, 3-D linear)
+# are left unplaced by autograd_order.py's shape rule instead.
 INNER_NODE_APIS = {
-    "cross_entropy": "msprobe hooks NllLossBackward: the gradient with respect to log_softmax's output, not the logits",
+    "cross_entropy": "NllLossBackward: the gradient with respect to log_softmax's output, not the logits",
+    "l1_loss": "MeanBackward: the gradient with respect to |input - target|",
+    "softmin": "SoftmaxBackward: the gradient with respect to -input",
+    "poisson_nll_loss": "MeanBackward: the gradient with respect to the elementwise loss",
+    "hinge_embedding_loss": "MeanBackward: the gradient with respect to the elementwise loss",
+    "margin_ranking_loss": "MeanBackward: the gradient with respect to the clamped margin",
+    "gaussian_nll_loss": "MeanBackward: the gradient with respect to the elementwise loss",
 }
 
 
