@@ -11,6 +11,7 @@ from .align.calls import align_calls, same_program
 from .align.crossframework import is_cross, prepare
 from .align.dataflow import Facts
 from .align.matching import default_normalise
+from .align import msprobe_pairs
 from .align.pairs import CallPair, pair_values
 from .explain.diagnosis import diagnose
 from .explain.divergence import find_first_divergence
@@ -108,6 +109,8 @@ def compare_calls(cp: CallPair, order: int, step: Optional[int], rank: str, gd: 
             continue            # msprobe recorded no gradient we can place for this input
         if role != OUTPUT and arg.rsplit(".", 1)[-1] in NO_VALUE_KWARGS:
             continue
+        if msprobe_pairs.unreached(cp, role, ge, te, gd, td):
+            continue
         if not one_sided_params and (ge is None or te is None) and \
                 (role == PARAMETER or (role != OUTPUT and cp.kind == "api")):
             continue
@@ -125,9 +128,9 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
                  progress: Optional[bool] = None) -> PairResult:
     """Compare one step/rank: every call aligned, every value a row, then the first divergence."""
     gd, td = Dump(golden), Dump(target)
+    notes: List[str] = msprobe_pairs.prepare(gd, td)      # one side msprobe's: its recording conventions
     gcalls, tcalls = gd.calls(), td.calls()
     names: Tuple = (None, None)
-    notes: List[str] = []
     cross = opts.crossframework
     if cross is None:
         cross = is_cross(gd.framework, td.framework)
@@ -140,6 +143,8 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
     facts = Facts()
     seqs = align_calls(gcalls, tcalls, opts, *names, cross=bool(cross), golden_parents=gd.construct,
                        target_parents=td.construct, facts=facts)
+    not_recorded, line = msprobe_pairs.mark_not_recorded(seqs, gd, td)
+    notes += [line] if line else []
     step = golden.step if golden.step is not None else target.step
     rank = golden.rank or target.rank
     bar = Progress(sum(len(s) for s in seqs), f"compare {golden.label}", progress)
@@ -150,6 +155,7 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
             order += 1
             bar.advance()
     rows = [r for seq in seqs for cp in seq for r in cp.rows]
+    notes += msprobe_pairs.unreached_note(gd, td)
     fd, note = find_first_divergence(seqs, gd, td, step, rank, facts)
     programs = same_program(seqs)
     diagnosis = [h.to_dict() for h in diagnose(fd, seqs, gd, td)] if programs["same"] else []
@@ -162,9 +168,12 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
     elif fd is None and lone:
         note += f"; {lone} calls have no partner on the other side and were not compared"
     matched = sum(1 for seq in seqs for cp in seq if cp.golden and cp.target)
+    # calls msprobe does not record are counted apart, not as "only in" the other side
+    only_g = sum(1 for s in seqs for cp in s if cp.target is None) - (not_recorded if td.msprobe else 0)
+    only_t = sum(1 for s in seqs for cp in s if cp.golden is None) - (not_recorded if gd.msprobe else 0)
     counts = {"records_golden": len(gcalls), "records_target": len(tcalls), "matched": matched,
-              "unmatched_golden": sum(1 for s in seqs for cp in s if cp.target is None),
-              "unmatched_target": sum(1 for s in seqs for cp in s if cp.golden is None),
+              "unmatched_golden": only_g, "unmatched_target": only_t,
+              **({"not_recorded_by_msprobe": not_recorded} if not_recorded else {}),
               "rows": len(rows), **count_rows(rows)}
     modes = sorted({r.mode for r in rows if r.mode in ("tensor", "statistics", "md5")})
     notes += [f"{side} dump: {n}" for side, d in (("golden", gd), ("target", td)) for n in d.notes]

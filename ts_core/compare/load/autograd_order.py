@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from ...dumpfmt import BACKWARD, is_tensor_summary, parse_key
 from ...dumpfmt.dtypes import is_exact
 from ...dumpfmt.records import flatten
+from .msprobe_conventions import drop_inplace_checksums, inner_node_records, keyword_input_modules
 
 _PROC = re.compile(r"^proc\d+$")
 
@@ -38,6 +39,10 @@ class Reordered:
     transposed: Set[str] = field(default_factory=set)    # data_names whose file holds the value transposed
     unplaced: Set[str] = field(default_factory=set)      # backward keys whose input gradients were dropped
     msprobe: bool = False
+    inner: Dict[str, str] = field(default_factory=dict)   # of unplaced: taken at an inner autograd node -> why
+    keyword_modules: List[str] = field(default_factory=list)   # of unplaced: a module's keyword inputs
+    inplace_checksums: int = 0                            # in-place inputs' checksums msprobe took after the op
+    unreached: int = 0                                    # module output gradients msprobe wrote null (compare counts)
 
 
 def _is_float(leaf: dict) -> bool:
@@ -150,6 +155,12 @@ def reorder(path: Path, rank: str, framework: str, data: Dict[str, Any]) -> Reor
             out.unplaced.add(key)
         if new != grads:
             out.data[key] = dict(record, output=new)
+    out.inner = inner_node_records(out.data)         # msprobe_conventions.py: the other recording conventions
+    for key in out.inner:
+        out.data[key] = dict(out.data[key], output=[])
+    out.keyword_modules = keyword_input_modules(out.data)
+    out.unplaced |= set(out.inner) | set(out.keyword_modules)
+    out.inplace_checksums = drop_inplace_checksums(out.data)
     return out
 
 

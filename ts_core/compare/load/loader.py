@@ -63,7 +63,11 @@ class Dump:
         self.data, self.transposed, self.unplaced = order.data, order.transposed, order.unplaced
         self.msprobe = order.msprobe
         self.data, self._renamed = unwrap_keys(self.data)    # FSDP1/checkpoint/compile wrappers' names
-        self.unplaced = {self._renamed.get(k, k) for k in self.unplaced}
+        renamed = self._renamed
+        self.unplaced = {renamed.get(k, k) for k in self.unplaced}
+        order.inner = {renamed.get(k, k): why for k, why in order.inner.items()}
+        order.keyword_modules = [renamed.get(k, k) for k in order.keyword_modules]
+        self.conventions = order         # msprobe's recording conventions found (msprobe_conventions.py)
         self._stack: Optional[Dict[str, List[str]]] = None
         self._construct: Optional[Dict[str, Any]] = None
         self._tensors: Optional[TensorStore] = None
