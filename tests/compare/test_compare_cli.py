@@ -13,7 +13,7 @@ def test_compare_command_writes_outputs(tmp_path, capsys):
     write_chain(tmp_path / "g")
     write_chain(tmp_path / "t", w_delta=0.01)
     rc = main(["compare", str(tmp_path / "g"), str(tmp_path / "t"), "-o", str(tmp_path / "out"), "--rtol", "1e-3"])
-    assert rc == 0
+    assert rc == 1                        # a divergence (verdict ERROR): exit status 1
     out = capsys.readouterr().out
     assert "First divergence: Tensor.__add__.0.forward" in out
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"compare.csv", "summary.json", "report.html"}
