@@ -327,16 +327,17 @@ def _add_config(sub) -> None:
     init = actions.add_parser("init", help="print a ready config (JSON, or YAML with --yaml)")
     init.add_argument("name", help="a ready config's name (tsprobe config list)")
     init.add_argument("--yaml", action="store_true", help="its YAML twin")
-    actions.add_parser("list", help="the ready configs, one per line")
+    actions.add_parser("list", help="the ready configs, one per line: name and what it records")
     p.set_defaults(func=_run_config)
 
 
 def _run_config(args: argparse.Namespace) -> int:
-    from ts_core.config import READY_DIR, ready_configs
+    from ts_core.config import READY_DIR, ready_config_description, ready_configs
 
     names = ready_configs()
     if args.action == "list":
-        print("\n".join(names))
+        width = max(map(len, names))
+        print("\n".join(f"{n:<{width}}  {ready_config_description(n)}".rstrip() for n in names))
         return 0
     name = os.path.splitext(args.name)[0]
     if name not in names:
@@ -386,7 +387,21 @@ def version_text() -> str:
     from ts_core._version import __version__
 
     return (f"tsprobe {__version__} (Python {platform.python_version()}, {platform.machine()})\n"
-            f"{native.describe()}")
+            f"{native.describe()}\n" + "\n".join(_optional_lines()))
+
+
+def _optional_lines() -> List[str]:
+    """Whether the extra ``fast`` (isal, msgspec) is in use: same values without it, slower."""
+    import importlib.util
+
+    from ts_core.dumpfmt import jsonio
+
+    hint = "; pip install 'tsprobe[fast]'"
+    isal = importlib.util.find_spec("isal") is not None
+    return [f"isal: {'in use' if isal else 'not installed'} (CRC-32 of summary_mode md5"
+            + ("" if isal else ": zlib's, the same values, ~4x slower" + hint) + ")",
+            f"msgspec: {'in use' if jsonio.fast_json() else 'not installed'} (dump records"
+            + ("" if jsonio.fast_json() else ": the stdlib json encoder, the same text, ~10x slower" + hint) + ")"]
 
 
 class _VersionAction(argparse.Action):
@@ -394,7 +409,7 @@ class _VersionAction(argparse.Action):
 
     def __init__(self, option_strings: List[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
         super().__init__(option_strings, dest=dest, nargs=0, help="show the version and whether the native "
-                                                                  "kernels are in use, then exit")
+                                                                  "kernels, isal and msgspec are in use, then exit")
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         print(version_text())

@@ -9,6 +9,7 @@ import difflib
 import functools
 import json
 import os
+import re
 import warnings
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, List, Mapping, Optional, Union
@@ -193,6 +194,23 @@ READY_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 def ready_configs() -> List[str]:
     """Names of the ready configs (``statistics_mix``, ...), usable as ``config_path``."""
     return sorted(n[:-5] for n in os.listdir(READY_DIR) if n.endswith(".json"))
+
+
+def ready_config_description(name: str) -> str:
+    """What a ready config records, in one line: the first sentence of its YAML twin's header
+    comment (``# YAML twin of md5.json: API calls with a CRC-32 of each tensor, ...``)."""
+    try:
+        with open(os.path.join(READY_DIR, name + ".yaml"), encoding="utf-8") as f:
+            head = []
+            for line in f:
+                if not line.startswith("#"):
+                    break
+                head.append(line.lstrip("#").strip())
+    except OSError:
+        return ""
+    text = " ".join(head).split(": ", 1)[-1]
+    end = re.search(r"\.(\s|$)", text)
+    return text[:end.start()] if end else text
 
 
 def resolve_config_path(path: str) -> str:
