@@ -300,16 +300,27 @@ def _flatten(raw: Mapping[str, Any]) -> dict:
 
 def build_config(config_path: Optional[str] = None, **overrides: Any) -> DebuggerConfig:
     """Load `config_path` (JSON or YAML, msprobe schema), apply non-None keyword overrides, validate."""
-    raw = _read_file(resolve_config_path(os.fspath(config_path))) if config_path else {}
-    flat = _flatten(raw)
+    path = resolve_config_path(os.fspath(config_path)) if config_path else None
+    raw = _read_file(path) if path else {}
+    try:
+        flat = _flatten(raw)
+    except ConfigError as e:
+        raise (e.in_file(path) if path else e) from None
     names = {f.name for f in fields(DebuggerConfig)}
+    given = set()
     for key, value in overrides.items():
         if value is None:
             continue
         if key not in names:
             raise unknown_key(key, names)
         flat[key] = value
-    return validate(flat)
+        given.add(key)
+    try:
+        return validate(flat)
+    except ConfigError as e:     # a value from the file (not a keyword argument): name the file
+        if path and e.field.split(".")[-1] not in given and e.field.split(".")[0] not in given:
+            raise e.in_file(path) from None
+        raise
 
 
 def validate(flat: Mapping[str, Any]) -> DebuggerConfig:

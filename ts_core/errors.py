@@ -2,22 +2,42 @@
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+from typing import Iterable, Optional
 
 
 class ConfigError(ValueError):
-    """A config value is wrong. The message names the field, the value and what is allowed."""
+    """A config value is wrong. The message names the field, the value and what is allowed, and
+    the config file when the value came from one (``source``)."""
 
-    def __init__(self, field: str, value, allowed: str):
-        self.field, self.value, self.allowed = field, value, allowed
-        super().__init__(f"config field '{field}': got {value!r}; {allowed}")
+    def __init__(self, field: str, value, allowed: str, source: Optional[str] = None):
+        self.field, self.value, self.allowed, self.source = field, value, allowed, source
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        where = f"{self.source}: " if self.source else ""
+        return f"{where}config field '{self.field}': got {self.value!r}; {self.allowed}"
+
+    def in_file(self, path: str) -> "ConfigError":
+        """The same error, naming the config file the field was read from."""
+        self.source = path
+        self.args = (self._text(),)
+        return self
+
+
+class UnknownKeyError(ConfigError):
+    """A config key nobody reads: the closest known key when there is one, else the known keys."""
+
+    def _text(self) -> str:
+        where = f"{self.source}: " if self.source else ""
+        return f"{where}config field '{self.field}': unknown key; {self.allowed}"
 
 
 def unknown_key(name: str, known: Iterable[str]) -> ConfigError:
-    """The error for a config key nobody reads, with the closest known key as a hint."""
+    """The error for a config key nobody reads: "did you mean 'level'?" when a known key is close,
+    the list of known keys only when none is."""
     near = difflib.get_close_matches(name, sorted(known), n=1)
-    hint = f"did you mean '{near[0]}'? " if near else ""
-    return ConfigError(name, "(unknown key)", f"{hint}known keys: {', '.join(sorted(known))}")
+    hint = f"did you mean '{near[0]}'?" if near else f"known keys: {', '.join(sorted(known))}"
+    return UnknownKeyError(name, "(unknown key)", hint)
 
 
 class DumpWriteError(OSError):
