@@ -10,12 +10,11 @@ import functools
 import json
 import os
 import re
-import warnings
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, List, Mapping, Optional, Union
 
 from .dumpfmt.tensor_pack import TENSOR_FORMATS   # msprobe's one .npy per tensor, or one tar per step and rank
-from .errors import ConfigError, unknown_key
+from .errors import ConfigError, unknown_key, warn_user
 from .monitor.options import MonitorConfig, parse_monitor
 
 TASKS = ("statistics", "tensor", "structure")
@@ -399,10 +398,34 @@ def _check_bench_path(v: dict) -> None:
 
 
 def check_paths(cfg: DebuggerConfig) -> None:
-    """What must exist when a debugger starts with `cfg` (not when a config file is only read)."""
+    """What must exist when a debugger starts with `cfg` (not when a config file is only read):
+    a dump_path the dump can be written under (a failure later only warns, and the run would go
+    on for nothing), the bench of a diff-only dump."""
+    why = _unwritable(cfg.dump_path)
+    if why:
+        raise ConfigError("dump_path", cfg.dump_path, f"the dump cannot be written there: {why}; give a folder "
+                                                      "you can write (it is created if missing)")
     if cfg.bench_path and not os.path.isdir(cfg.bench_path):
         raise ConfigError("bench_path", cfg.bench_path, "no such folder; give the dump_path of an earlier run "
                                                         "made with summary_mode md5 (it holds step*/rank*/dump.json)")
+
+
+def _unwritable(path: str) -> Optional[str]:
+    """Why no dump can be written under `path`, or None: it is a file, or the folder (or its
+    nearest existing parent, where it would be created) is a file or not writable."""
+    p = os.path.abspath(path)
+    if os.path.exists(p):
+        if not os.path.isdir(p):
+            return "it is a file, not a folder"
+        return None if os.access(p, os.W_OK | os.X_OK) else "permission denied (the folder is not writable)"
+    parent = os.path.dirname(p)
+    while not os.path.exists(parent) and parent != os.path.dirname(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"{parent} is a file, so no folder can be made below it"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"permission denied (it would be created in {parent}, which is not writable)"
+    return None
 
 
 def _check_combinations(cfg: DebuggerConfig, explicit_summary: bool) -> DebuggerConfig:
@@ -429,7 +452,7 @@ def _check_combinations(cfg: DebuggerConfig, explicit_summary: bool) -> Debugger
                                   "summary_mode md5 (as the bench dump was made) or leave it out")
             cfg = replace(cfg, summary_mode="md5")
     if cfg.task == "structure" and cfg.level not in STRUCTURE_LEVELS:
-        warnings.warn(f"tsprobe: task 'structure' records the module hierarchy; level '{cfg.level}' "
-                      "is raised to 'mix' (as msprobe does)", stacklevel=4)
+        warn_user(f"tsprobe: task 'structure' records the module hierarchy; level '{cfg.level}' "
+                  "is raised to 'mix' (as msprobe does)")
         cfg = replace(cfg, level="mix")
     return cfg

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import difflib
-from typing import Iterable, Optional
+import os
+import sys
+import sysconfig
+import warnings
+from typing import Iterable, Optional, Tuple, Type
 
 
 class ConfigError(ValueError):
@@ -54,3 +58,28 @@ class AnomalyError(RuntimeError):
         where = f"; first NaN/Inf: {first.get('tensor')}" if first else ""
         super().__init__(f"tsprobe monitor: anomaly at step {capture.get('step')} "
                          f"({', '.join(capture.get('reasons', []))}){where}; dumps: {capture.get('dumps')}")
+
+
+def _library_dirs() -> Tuple[str, ...]:
+    """Where code that is not the user's lives: tsprobe's own packages, the standard library and
+    installed packages (torch's hook machinery, a Trainer calling a callback)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = sysconfig.get_paths()
+    dirs = [here, os.path.join(os.path.dirname(here), "ts_integrations")]
+    dirs += [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)]
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs) + tuple(os.path.join(d, "") for d in dirs)
+
+
+_LIBRARY_DIRS = _library_dirs()
+
+
+def warn_user(message: str, category: Type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` whose location is the user's line: the first frame above the warning
+    code that is outside tsprobe and the installed libraries (``model(x)``, ``trainer.train()``,
+    ``PrecisionDebugger(...)``), not an internal one; the warning code's own line when every
+    frame is library code."""
+    f = sys._getframe(1)            # the code that warns: stacklevel 2
+    level = 2
+    while f is not None and f.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        f, level = f.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level if f is not None else 2)
