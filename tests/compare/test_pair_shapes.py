@@ -306,3 +306,26 @@ def test_a_truncated_dump_with_its_journal_names_tsprobe_recover(truncated, tmp_
     (rank / "journal.jsonl").write_text("")           # what a run killed mid-write leaves beside it
     assert main(["compare", os.path.join(whole, "step1", "rank"), str(rank), "--no-html"]) == 2
     assert f"tsprobe recover {rank}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["different_programs", "target_recorded_nothing"])
+def test_the_table_opens_on_the_rows_that_do_not_pass_and_shows_names_whole(compared, browser, name):
+    rc, stdout, stderr, out = _member(compared, name)
+    summary = json.loads((out / "summary.json").read_text())
+    page = browser.page((out / "report.html").as_uri())
+    rows = page.js("""(() => { const h = [...document.querySelectorAll('#t th')].map(th => th.dataset.c);
+        return [...document.querySelectorAll('#t tr:not(.grp)')].slice(1).map(tr =>
+            [tr.className, tr.children[h.indexOf('name')].textContent]); })()""")
+    verdicts = [v for v, _ in rows]
+    bad = summary["counts"]["error"] + summary["counts"]["warning"]
+    assert bad and verdicts[0] != "pass"                 # opens on a row that does not pass
+    shown_bad = sum(v != "pass" for v in verdicts)
+    assert verdicts[:shown_bad] == [v for v in verdicts if v != "pass"]     # every one before any pass
+    with open(out / "compare.csv", newline="") as f:
+        in_order = [r["name"] for r in csv.DictReader(f) if r["verdict"] != "pass" and r["step"] in ("0", "")]
+    assert [n for v, n in rows if v != "pass"][:5] == in_order[:5]          # ... in execution order
+    cut = page.js("[...document.querySelectorAll('#t td.nm')].filter(td => td.scrollWidth > td.clientWidth + 1)"
+                  ".map(td => td.textContent)")
+    longest = page.js("Math.max(...[...document.querySelectorAll('#t td.nm')].map(td => td.textContent.length))")
+    assert not cut and longest > 40, cut[:3]            # long names are shown whole, not cut
+    page.close()
