@@ -9,13 +9,13 @@ compared, two runs of one program "diverge" there, and every real bug is hidden 
 
 So the buffers made by these ops while collecting are tracked, one flag per element ("written?"),
 until every element is written. The writes seen are the in-place calls that fill buffers
-(``copy_``, ``fill_``, ``zero_``, ``__setitem__`` and the ``out=`` of the allocation kin), marked
-on the elements their target covers. A value read from a tracked buffer where any element it
+(``copy_``, ``fill_``, ``zero_``, ``__setitem__``), marked on the elements their target covers. A value read from a tracked buffer where any element it
 covers is unwritten is recorded as ``"uninitialized": true`` with no statistics, and compare never
-judges it (judge/verdict.py). Any other write (an op tsprobe does not see moves the storage's
-version counter) ends the tracking of that buffer: it counts as written, so a value is never
-left out for a write that was not seen. The recording hot path pays one test of an empty dict
-(``TRACKED``) when no buffer is being tracked.
+judges it (judge/verdict.py). Any other write (an ``out=`` argument, an op tsprobe does not see:
+the storage's version counter moves) ends the tracking of that buffer: it counts as written, so
+a value is never left out for a write that was not seen. The recording hot path pays one test
+of an empty dict (``TRACKED``) when no buffer is being tracked; an error in this bookkeeping
+stops the tracking, never the run.
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def _address(t: torch.Tensor) -> int:
 def _buffer(t: torch.Tensor) -> Optional[_Buffer]:
     """The tracked buffer `t` reads, when its tracking still holds: the allocated tensor alive over
     the same storage, no write unseen since (else it is let go), and `t` in its dtype."""
-    if type(t) is not torch.Tensor or t.is_inference() or t.layout is not torch.strided:
+    if type(t) is not torch.Tensor or t.is_inference() or t.layout is not torch.strided or t.is_meta:
         return None
     key = _address(t)
     b = TRACKED.get(key)
@@ -68,7 +68,7 @@ def _buffer(t: torch.Tensor) -> Optional[_Buffer]:
         return None
     owner = b.ref()
     if owner is None or _address(owner) != key or owner._version != b.version:
-        del TRACKED[key]                   # gone, or written by an op not seen: counts as written
+        TRACKED.pop(key, None)             # gone, or written by an op not seen: counts as written
         return None
     return b if t.dtype == b.dtype else None
 
@@ -83,8 +83,12 @@ def unwritten(t: Any) -> bool:
     """Does `t` read an element of a tracked buffer that nothing has written yet? (Callers test
     ``TRACKED`` first: an empty dict means no.)"""
     with internal():                  # t.stride() and the like are recorded APIs at L1
-        b = _buffer(t)
-        return b is not None and not _cover(b, t).all()
+        try:
+            b = _buffer(t)
+            return b is not None and not _cover(b, t).all()
+        except Exception:             # a tensor this cannot read: stop tracking, never stop a run
+            TRACKED.clear()
+            return False
 
 
 def track(t: Any) -> None:
@@ -95,7 +99,7 @@ def track(t: Any) -> None:
     if elements == 0:
         return
     if len(TRACKED) >= MAX_TRACKED:
-        del TRACKED[next(iter(TRACKED))]
+        TRACKED.pop(next(iter(TRACKED)), None)
     TRACKED[_address(t)] = _Buffer(t, elements)
 
 
@@ -109,20 +113,20 @@ def _mark(target: Any, index: Any = None, has_index: bool = False) -> None:
         return
     owner = b.ref()
     if owner is None or target.dtype != b.dtype:
-        del TRACKED[key]
+        TRACKED.pop(key, None)
         return
     part = target
     if has_index:
         with torch.no_grad():             # the part written (under internal(): never recorded)
             part = target[index]
         if not isinstance(part, torch.Tensor) or (part.numel() and _address(part) != key):
-            del TRACKED[key]               # advanced indexing: a copy, the region unknown: written
+            TRACKED.pop(key, None)         # advanced indexing: a copy, the region unknown: written
             return
     if part.numel():
         _cover(b, part)[...] = True
     b.version = owner._version
     if b.written.all():
-        del TRACKED[key]
+        TRACKED.pop(key, None)
 
 
 def _allocator(orig: Callable, switch: Any) -> Callable:
@@ -132,7 +136,10 @@ def _allocator(orig: Callable, switch: Any) -> Callable:
         if switch.active and not in_compiler() and (orig.__name__ != "new" or _sizes_only(args[1:])):
             if kwargs.get("out") is None:
                 with internal():
-                    track(out)
+                    try:
+                        track(out)
+                    except Exception:          # never the reason a run stops
+                        TRACKED.clear()
         return out
     return allocate
 
@@ -153,15 +160,19 @@ def _writer(orig: Callable) -> Callable:
             return orig(*args, **kwargs)
         target = args[0] if args else None
         with internal():
-            tracked = isinstance(target, torch.Tensor) and _buffer(target) is not None
+            try:
+                tracked = isinstance(target, torch.Tensor) and _buffer(target) is not None
+            except Exception:
+                tracked = False
+                TRACKED.clear()
         if not tracked:
             return orig(*args, **kwargs)      # not a tracked buffer (or let go just now)
         out = orig(*args, **kwargs)
         with internal():
-            if indexed:
-                _mark(target, args[1] if len(args) > 1 else None, True)
-            else:
-                _mark(target)
+            try:
+                _mark(target, args[1] if len(args) > 1 else None, True) if indexed else _mark(target)
+            except Exception:                 # never the reason a run stops: stop tracking instead
+                TRACKED.clear()
         return out
     return write
 
