@@ -225,6 +225,10 @@ def test_the_corpus_holds_the_shapes_it_names(compared):
     for name in ("different_programs", "different_programs_reversed", "target_recorded_nothing"):
         assert summary(name)["different_programs"] and compared[name][0] == 1
     assert all(r["target_key"] == "" for r in rows("target_recorded_nothing"))
+    for name, side in (("target_recorded_nothing", "target"), ("golden_recorded_nothing", "golden")):
+        head = compared[name][1].splitlines()[:2]
+        assert head[0].startswith("tsprobe compare: ERROR (one side recorded nothing)")
+        assert head[1].startswith(f"{side} recorded no call here")
     assert all(r["golden_key"] == "" for r in rows("golden_recorded_nothing"))
     assert {(p["step"], p["rank"]) for p in summary("many_ranks")["pairs"]} == \
         {(s, f"rank{r}") for s in (0, 1) for r in range(4)}

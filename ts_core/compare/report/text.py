@@ -40,8 +40,10 @@ def terminal_text(result: Any, max_rows: int = 12) -> str:
     """The verdict, the first divergence, then the earliest failing rows as a short table."""
     c = result.counts
     differ = [p for p in result.pairs if p.programs and not p.programs.get("same", True)]
+    one_empty = differ and all(any(p.counts.get(f"records_{side}") == 0 for side in ("golden", "target"))
+                               for p in differ)
     label = "" if not differ else " (nothing compared)" if all(p.programs.get("calls") == 0 for p in differ) \
-        else " (different programs)"
+        else " (one side recorded nothing)" if one_empty else " (different programs)"
     lines = [f"tsprobe compare: {result.verdict.upper()}{label}  "
              f"({c.get('matched', 0)} calls matched, {c.get('unmatched_golden', 0)} only in golden, "
              f"{c.get('unmatched_target', 0)} only in target; rows: {c.get(PASS, 0)} pass, "
@@ -53,7 +55,10 @@ def terminal_text(result: Any, max_rows: int = 12) -> str:
         lines.extend(f"  {e}" for e in unreadable)
     for p in differ[:3]:
         at = where(p.step, p.rank)
-        lines.append(p.programs["evidence"] + (f" ({at})" if at else ""))
+        empty = [side for side in ("golden", "target") if p.counts.get(f"records_{side}") == 0]
+        evidence = (f"{' and '.join(empty)} recorded no call here: was the debugger started around the model's "
+                    f"forward and backward in that run?" if empty else p.programs["evidence"])
+        lines.append(evidence + (f" ({at})" if at else ""))
     if fd and not differ:     # with different programs the evidence above replaces both lines below
         at = where(fd.step, fd.rank)
         lines.append(fd.describe() + (f"\n  ({at})" if at else ""))
