@@ -392,12 +392,11 @@ def version_text() -> str:
 
 def _optional_lines() -> List[str]:
     """Whether the extra ``fast`` (isal, msgspec) is in use: same values without it, slower."""
-    import importlib.util
-
+    from ts_core import native
     from ts_core.dumpfmt import jsonio
 
     hint = "; pip install 'tsprobe[fast]'"
-    isal = importlib.util.find_spec("isal") is not None
+    isal = "isal" in (getattr(native._crc32, "__module__", None) or "")     # the CRC-32 native uses
     return [f"isal: {'in use' if isal else 'not installed'} (CRC-32 of summary_mode md5"
             + ("" if isal else ": zlib's, the same values, ~4x slower" + hint) + ")",
             f"msgspec: {'in use' if jsonio.fast_json() else 'not installed'} (dump records"
