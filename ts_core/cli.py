@@ -18,7 +18,8 @@ def _add_compare(sub) -> None:
                                    "a rank folder or a dump.json; each step/rank pair is compared (in parallel). "
                                    "With several ranks, one merged summary names each rank's first divergence, the "
                                    "rank that diverged first and the collectives that carried it (ranks.json). "
-                                   "report.html opens its model tree on the first divergence.")
+                                   "report.html opens its model tree on the first divergence.",
+                       epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("golden", nargs="?", help="the reference dump")
     p.add_argument("target", nargs="?", help="the dump under test")
     # msprobe's spelling (`msprobe compare -tp TARGET -gp GOLDEN -o OUT`), so its commands run unchanged
@@ -43,7 +44,9 @@ def _add_compare(sub) -> None:
                    help="read tensor files only where the recorded statistics or checksums differ")
     p.add_argument("--no-html", action="store_true", help="skip report.html")
     p.add_argument("--json", action="store_true", help="print summary.json content instead of the table")
-    p.add_argument("--fail-on-divergence", action="store_true", help="exit with status 1 when a divergence is found")
+    p.add_argument("--fail-on-divergence", action="store_true",
+                   help="exit with status 1 also when the first divergence is only a warning (an ERROR verdict "
+                        "always exits 1)")
     p.add_argument("--rank-map", metavar="SPEC",
                    help="1 rank against N (single run vs DDP/FSDP2/TP): 'same' (every rank saw the single run's "
                         "batch: compared rank by rank), 'split' (each saw a shard: merged across ranks) or the "
@@ -55,6 +58,25 @@ def _add_compare(sub) -> None:
                         "the first divergence is nondeterminism (golden differs from itself)")
     p.add_argument("--target-rerun", metavar="DUMP", help="a second dump of target, likewise")
     p.set_defaults(func=_run_compare)
+
+
+EXIT_CODES = """exit status:
+  0  the compare ran and its verdict is PASS or WARNING
+  1  it found a divergence (verdict ERROR), or the two dumps describe different programs
+     (with --fail-on-divergence: also a first divergence that is only a warning)
+  2  bad input or usage: a missing or unreadable dump (every readable step/rank is still
+     compared and written), a wrong option"""
+
+
+def compare_exit_code(result, fail_on_warning: bool = False) -> int:
+    """The exit status of ``tsprobe compare`` (EXIT_CODES, docs/compare.md "Exit status")."""
+    from ts_core.verdicts import ERROR
+
+    if getattr(result, "unreadable", None):
+        return 2
+    if result.different_programs or result.verdict == ERROR:
+        return 1
+    return 1 if (fail_on_warning and result.first_divergence) else 0
 
 
 def _run_compare(args: argparse.Namespace) -> int:
@@ -93,9 +115,9 @@ def _run_compare(args: argparse.Namespace) -> int:
                      golden_rerun=args.golden_rerun, target_rerun=args.target_rerun)
     if args.json:
         print(json.dumps(result.summary(), indent=2))
-    if result.different_programs:          # nothing meaningful was compared: never a success
-        return 1
-    return 1 if (args.fail_on_divergence and result.first_divergence) else 0
+    for error in result.unreadable:          # the others were compared; this input is bad
+        print(f"tsprobe compare: error: {error}", file=sys.stderr)
+    return compare_exit_code(result, args.fail_on_divergence)
 
 
 def _add_summary(sub) -> None:
@@ -305,16 +327,17 @@ def _add_config(sub) -> None:
     init = actions.add_parser("init", help="print a ready config (JSON, or YAML with --yaml)")
     init.add_argument("name", help="a ready config's name (tsprobe config list)")
     init.add_argument("--yaml", action="store_true", help="its YAML twin")
-    actions.add_parser("list", help="the ready configs, one per line")
+    actions.add_parser("list", help="the ready configs, one per line: name and what it records")
     p.set_defaults(func=_run_config)
 
 
 def _run_config(args: argparse.Namespace) -> int:
-    from ts_core.config import READY_DIR, ready_configs
+    from ts_core.config import READY_DIR, ready_config_description, ready_configs
 
     names = ready_configs()
     if args.action == "list":
-        print("\n".join(names))
+        width = max(map(len, names))
+        print("\n".join(f"{n:<{width}}  {ready_config_description(n)}".rstrip() for n in names))
         return 0
     name = os.path.splitext(args.name)[0]
     if name not in names:
@@ -364,7 +387,20 @@ def version_text() -> str:
     from ts_core._version import __version__
 
     return (f"tsprobe {__version__} (Python {platform.python_version()}, {platform.machine()})\n"
-            f"{native.describe()}")
+            f"{native.describe()}\n" + "\n".join(_optional_lines()))
+
+
+def _optional_lines() -> List[str]:
+    """Whether the extra ``fast`` (isal, msgspec) is in use: same values without it, slower."""
+    from ts_core import native
+    from ts_core.dumpfmt import jsonio
+
+    hint = "; pip install 'tsprobe[fast]'"
+    isal = "isal" in (getattr(native._crc32, "__module__", None) or "")     # the CRC-32 native uses
+    return [f"isal: {'in use' if isal else 'not installed'} (CRC-32 of summary_mode md5"
+            + ("" if isal else ": zlib's, the same values, ~4x slower" + hint) + ")",
+            f"msgspec: {'in use' if jsonio.fast_json() else 'not installed'} (dump records"
+            + ("" if jsonio.fast_json() else ": the stdlib json encoder, the same text, ~10x slower" + hint) + ")"]
 
 
 class _VersionAction(argparse.Action):
@@ -372,7 +408,7 @@ class _VersionAction(argparse.Action):
 
     def __init__(self, option_strings: List[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
         super().__init__(option_strings, dest=dest, nargs=0, help="show the version and whether the native "
-                                                                  "kernels are in use, then exit")
+                                                                  "kernels, isal and msgspec are in use, then exit")
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         print(version_text())

@@ -9,12 +9,12 @@ import difflib
 import functools
 import json
 import os
-import warnings
+import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, List, Mapping, Optional, Union
 
 from .dumpfmt.tensor_pack import TENSOR_FORMATS   # msprobe's one .npy per tensor, or one tar per step and rank
-from .errors import ConfigError, unknown_key
+from .errors import ConfigError, unknown_key, warn_user
 from .monitor.options import MonitorConfig, parse_monitor
 
 TASKS = ("statistics", "tensor", "structure")
@@ -195,6 +195,23 @@ def ready_configs() -> List[str]:
     return sorted(n[:-5] for n in os.listdir(READY_DIR) if n.endswith(".json"))
 
 
+def ready_config_description(name: str) -> str:
+    """What a ready config records, in one line: the first sentence of its YAML twin's header
+    comment (``# YAML twin of md5.json: API calls with a CRC-32 of each tensor, ...``)."""
+    try:
+        with open(os.path.join(READY_DIR, name + ".yaml"), encoding="utf-8") as f:
+            head = []
+            for line in f:
+                if not line.startswith("#"):
+                    break
+                head.append(line.lstrip("#").strip())
+    except OSError:
+        return ""
+    text = " ".join(head).split(": ", 1)[-1]
+    end = re.search(r"\.(\s|$)", text)
+    return text[:end.start()] if end else text
+
+
 def resolve_config_path(path: str) -> str:
     """`path` itself when it is a file; a ready config's file when `path` is its name
     (``"statistics_mix"``, ``"statistics_mix.yaml"``); else `path` (reading it then fails clearly).
@@ -282,16 +299,27 @@ def _flatten(raw: Mapping[str, Any]) -> dict:
 
 def build_config(config_path: Optional[str] = None, **overrides: Any) -> DebuggerConfig:
     """Load `config_path` (JSON or YAML, msprobe schema), apply non-None keyword overrides, validate."""
-    raw = _read_file(resolve_config_path(os.fspath(config_path))) if config_path else {}
-    flat = _flatten(raw)
+    path = resolve_config_path(os.fspath(config_path)) if config_path else None
+    raw = _read_file(path) if path else {}
+    try:
+        flat = _flatten(raw)
+    except ConfigError as e:
+        raise (e.in_file(path) if path else e) from None
     names = {f.name for f in fields(DebuggerConfig)}
+    given = set()
     for key, value in overrides.items():
         if value is None:
             continue
         if key not in names:
             raise unknown_key(key, names)
         flat[key] = value
-    return validate(flat)
+        given.add(key)
+    try:
+        return validate(flat)
+    except ConfigError as e:     # a value from the file (not a keyword argument): name the file
+        if path and e.field.split(".")[-1] not in given and e.field.split(".")[0] not in given:
+            raise e.in_file(path) from None
+        raise
 
 
 def validate(flat: Mapping[str, Any]) -> DebuggerConfig:
@@ -370,10 +398,34 @@ def _check_bench_path(v: dict) -> None:
 
 
 def check_paths(cfg: DebuggerConfig) -> None:
-    """What must exist when a debugger starts with `cfg` (not when a config file is only read)."""
+    """What must exist when a debugger starts with `cfg` (not when a config file is only read):
+    a dump_path the dump can be written under (a failure later only warns, and the run would go
+    on for nothing), the bench of a diff-only dump."""
+    why = _unwritable(cfg.dump_path)
+    if why:
+        raise ConfigError("dump_path", cfg.dump_path, f"the dump cannot be written there: {why}; give a folder "
+                                                      "you can write (it is created if missing)")
     if cfg.bench_path and not os.path.isdir(cfg.bench_path):
         raise ConfigError("bench_path", cfg.bench_path, "no such folder; give the dump_path of an earlier run "
                                                         "made with summary_mode md5 (it holds step*/rank*/dump.json)")
+
+
+def _unwritable(path: str) -> Optional[str]:
+    """Why no dump can be written under `path`, or None: it is a file, or the folder (or its
+    nearest existing parent, where it would be created) is a file or not writable."""
+    p = os.path.abspath(path)
+    if os.path.exists(p):
+        if not os.path.isdir(p):
+            return "it is a file, not a folder"
+        return None if os.access(p, os.W_OK | os.X_OK) else "permission denied (the folder is not writable)"
+    parent = os.path.dirname(p)
+    while not os.path.exists(parent) and parent != os.path.dirname(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"{parent} is a file, so no folder can be made below it"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"permission denied (it would be created in {parent}, which is not writable)"
+    return None
 
 
 def _check_combinations(cfg: DebuggerConfig, explicit_summary: bool) -> DebuggerConfig:
@@ -400,7 +452,7 @@ def _check_combinations(cfg: DebuggerConfig, explicit_summary: bool) -> Debugger
                                   "summary_mode md5 (as the bench dump was made) or leave it out")
             cfg = replace(cfg, summary_mode="md5")
     if cfg.task == "structure" and cfg.level not in STRUCTURE_LEVELS:
-        warnings.warn(f"tsprobe: task 'structure' records the module hierarchy; level '{cfg.level}' "
-                      "is raised to 'mix' (as msprobe does)", stacklevel=4)
+        warn_user(f"tsprobe: task 'structure' records the module hierarchy; level '{cfg.level}' "
+                  "is raised to 'mix' (as msprobe does)")
         cfg = replace(cfg, level="mix")
     return cfg

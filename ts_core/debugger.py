@@ -12,9 +12,9 @@ Typical loop (msprobe-compatible)::
 """
 from __future__ import annotations
 
+import atexit
 import os
 import sys
-import warnings
 import weakref
 from dataclasses import replace
 from typing import Any, List, Optional, Sequence
@@ -23,7 +23,7 @@ from .backends import framework_of, load_backend
 from .backends.base import Backend
 from .config import DebuggerConfig, build_config, check_paths
 from .dumpfmt import debug_key
-from .errors import AnomalyError, ConfigError
+from .errors import AnomalyError, ConfigError, warn_user
 from .hot_reload import ConfigWatcher
 from .monitor import Monitor
 from .record.collector import Collector
@@ -81,13 +81,15 @@ class PrecisionDebugger:
         self._debug_dump: Any = None        # the step folder the counts number keys in
         self._warned: set = set()
         self._keep_installed = False     # prepare(): patches stay until close()
+        self._steps_begun: set = set()   # steps start() was called in: a requested step not among them never came
+        atexit.register(_never_came_at_exit, weakref.ref(self))
         self._monitor: Optional[Monitor] = Monitor(self.config) if self.config.monitor is not None else None
         prev = PrecisionDebugger._current
         if prev is not None and not prev._closed:
             prev._replaced_by = _caller()
-            warnings.warn(f"tsprobe: a PrecisionDebugger with other arguments ({_caller()}) replaces the open one "
-                          "(one per process, as in msprobe): the first is closed and its dump finished. Call "
-                          "close() on the first before creating another to silence this.", stacklevel=2)
+            warn_user(f"tsprobe: a PrecisionDebugger with other arguments ({_caller()}) replaces the open one "
+                      "(one per process, as in msprobe): the first is closed and its dump finished. Call "
+                      "close() on the first before creating another to silence this.")
             prev.close()
         PrecisionDebugger._current = self
 
@@ -105,6 +107,7 @@ class PrecisionDebugger:
             model = self._remembered()      # the model of before a config reload
         if self._monitor is not None:
             self._monitor.start(self.current_step, model)
+        self._steps_begun.add(self.current_step)
         if self.config.dump_enable is False or not self.config.collects_step(self.current_step):
             return
         if self._backend is None:
@@ -239,6 +242,7 @@ class PrecisionDebugger:
             self._close_step()
         finally:        # a write error raised above (on_write_error: raise) still restores everything
             self._closed = True
+            self._say_steps_never_came()
             self._debug_dump = None
             from .configcheck.collect import on_close
 
@@ -438,8 +442,8 @@ class PrecisionDebugger:
         if new is None:
             return
         if isinstance(new, ConfigError):
-            warnings.warn(f"tsprobe: {self._watcher.path} changed but is not valid ({new}); dumping is off "
-                          "until it is fixed", RuntimeWarning, stacklevel=3)
+            warn_user(f"tsprobe: {self._watcher.path} changed but is not valid ({new}); dumping is off "
+                      "until it is fixed", RuntimeWarning)
             new = replace(self.config, dump_enable=False)
         elif new.dump_enable is None:       # msprobe: deleting dump_enable keeps the current state
             new = replace(new, dump_enable=self.config.dump_enable)
@@ -483,6 +487,25 @@ class PrecisionDebugger:
             raise ValueError(f"token_range must be [start, end] with 0 <= start <= end, got {token_range!r}")
         return tuple(token_range)
 
+    def never_came(self) -> List[int]:
+        """The requested steps (config ``step``) in which start() was never called: the run ended,
+        or its step numbering jumped, before them."""
+        return [s for s in self.config.step if s not in self._steps_begun]
+
+    def _say_steps_never_came(self) -> None:
+        """One line at close (or process end) naming the requested steps that never came, on the
+        main rank: `step=[1, 3]` in a 2-step run otherwise ends with no word about step 3."""
+        missing = self.never_came()
+        rank = self._collector.rank if self._collector is not None else None
+        if rank is None and os.environ.get("RANK", "0").isdigit():
+            rank = int(os.environ.get("RANK", "0")) or None    # no step collected: the launcher's rank
+        if not missing or not _is_main_rank(rank):
+            return
+        shown = ", ".join(map(str, missing[:10])) + (f" ... ({len(missing)} steps)" if len(missing) > 10 else "")
+        seen = f"the last step begun was {max(self._steps_begun)}" if self._steps_begun else "start() was never called"
+        print(f"[tsprobe] requested step{'s' if len(missing) > 1 else ''} {shown} never came ({seen}): nothing "
+              f"was dumped for {'them' if len(missing) > 1 else 'it'}", file=sys.stderr)
+
     def _check_open(self) -> None:
         if self._closed:
             if self._replaced_by:
@@ -494,7 +517,7 @@ class PrecisionDebugger:
     def _warn_once(self, tag: str, message: str) -> None:
         if tag not in self._warned:
             self._warned.add(tag)
-            warnings.warn(f"tsprobe: {message}", stacklevel=3)
+            warn_user(f"tsprobe: {message}")
 
 
 _PARAMS = ("config_path", "task", "dump_path", "level", "step")
@@ -518,6 +541,13 @@ def _caller() -> str:
     while f is not None and f.f_code.co_filename.startswith(tools):
         f = f.f_back
     return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else "unknown place"
+
+
+def _never_came_at_exit(ref: "weakref.ref[PrecisionDebugger]") -> None:
+    """At process end, a debugger never closed still says which requested steps never came."""
+    dbg = ref()
+    if dbg is not None and not dbg._closed:
+        dbg._say_steps_never_came()
 
 
 def _is_step_number(step: Any) -> bool:

@@ -157,3 +157,30 @@ def unwrap(model: Any) -> Any:
             return model
         model, seen = inner, seen + 1
     return model
+
+
+def training_forward(module: Any) -> bool:
+    """A forward that a backward follows: `module` in training mode with autograd on (an eval
+    forward, or one under ``torch.no_grad()``, is not). torch is imported here, not before: a
+    hook runs only on a model, once torch is loaded."""
+    import torch
+
+    return bool(module.training) and torch.is_grad_enabled()
+
+
+def final_micro_batch() -> bool:
+    """accelerate's ``sync_gradients``: this backward ends the optimizer step's accumulation (its
+    gradients are complete and reduced). Without an accelerate state, every backward is final."""
+    try:
+        from accelerate.state import GradientState
+
+        return bool(GradientState().sync_gradients)
+    except Exception:
+        return True
+
+
+def output_loss(output: Any) -> Any:
+    """``output.loss`` of a transformers ModelOutput (or a dict), else None."""
+    if isinstance(output, dict):
+        return output.get("loss")
+    return getattr(output, "loss", None)

@@ -45,25 +45,10 @@ from typing import Any, List, Optional, Sequence
 from ts_core import PrecisionDebugger
 from ts_core.model_hooks import ModelHook, hooks_of
 
-from ._common import StepDriver, make_debugger
+from ._common import StepDriver, final_micro_batch, make_debugger, output_loss, training_forward
 from .hf_generate import generate_with_dump, split_by_request
 
 __all__ = ["PrecisionDumpCallback", "generate_with_dump", "split_by_request"]
-
-
-def _grad_enabled() -> bool:
-    import torch
-
-    return torch.is_grad_enabled()
-
-
-def _sync_gradients() -> bool:
-    try:
-        from accelerate.state import GradientState
-
-        return bool(GradientState().sync_gradients)
-    except Exception:                       # no accelerate state: treat every backward as final
-        return True
 
 
 class _RootWatch(ModelHook):
@@ -100,7 +85,7 @@ class _RootWatch(ModelHook):
 
     def pre_forward(self, ctx: Any, module: Any, args: tuple, kwargs: dict) -> None:
         drv = self.driver
-        if module.training and _grad_enabled():
+        if training_forward(module):
             if self.armed is not None:
                 drv.begin(self.armed, module)
         elif drv.dump_eval and self.armed is None and self.state is not None:
@@ -110,11 +95,11 @@ class _RootWatch(ModelHook):
         drv = self.driver
         if not drv.in_window:
             return
-        if not (module.training and _grad_enabled()):
+        if not training_forward(module):
             drv.pause()                     # eval forward: no backward follows
             return
         if self.armed is not None:          # monitor mode: the model's own loss, given at backward end
-            self.model_loss = _loss_of(output)     # unless compute_loss gives its own (observe_loss)
+            self.model_loss = output_loss(output)     # unless compute_loss gives its own (observe_loss)
         if self._backward_end is not None:    # else on_substep_end / on_pre_optimizer_step stop us
             self._backward_end.watch(output)
 
@@ -122,7 +107,7 @@ class _RootWatch(ModelHook):
         """The micro-batch's backward has finished (after DDP's gradient copies)."""
         self.give_loss()
         self.driver.pause()
-        if self.armed is not None and _sync_gradients():
+        if self.armed is not None and final_micro_batch():
             self.driver.capture_param_grads()
 
     def give_loss(self) -> None:
@@ -132,13 +117,6 @@ class _RootWatch(ModelHook):
         if not self.user_loss:
             self.driver.observe_loss(loss)
         self.user_loss = False
-
-
-def _loss_of(output: Any) -> Any:
-    """``output.loss`` of a transformers ModelOutput (or a dict), else None."""
-    if isinstance(output, dict):
-        return output.get("loss")
-    return getattr(output, "loss", None)
 
 
 def _no_op(self: Any, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

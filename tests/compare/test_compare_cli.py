@@ -13,7 +13,7 @@ def test_compare_command_writes_outputs(tmp_path, capsys):
     write_chain(tmp_path / "g")
     write_chain(tmp_path / "t", w_delta=0.01)
     rc = main(["compare", str(tmp_path / "g"), str(tmp_path / "t"), "-o", str(tmp_path / "out"), "--rtol", "1e-3"])
-    assert rc == 0
+    assert rc == 1                        # a divergence (verdict ERROR): exit status 1
     out = capsys.readouterr().out
     assert "First divergence: Tensor.__add__.0.forward" in out
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"compare.csv", "summary.json", "report.html"}
@@ -82,3 +82,19 @@ def test_compare_package_imports_and_runs_without_torch(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "Tensor.__add__.0.forward"
+
+
+def test_the_exit_status_follows_one_policy_said_in_the_help(tmp_path, capsys):
+    write_chain(tmp_path / "g")
+    write_chain(tmp_path / "t", grad_bug=2.0)
+    assert main(["compare", str(tmp_path / "g"), str(tmp_path / "g")]) == 0            # PASS
+    assert main(["compare", str(tmp_path / "g"), str(tmp_path / "t")]) == 1            # ERROR
+    assert main(["compare", str(tmp_path / "g"), str(tmp_path / "t"), "--json"]) == 1  # whatever the output
+    assert main(["compare", str(tmp_path / "g"), str(tmp_path / "missing")]) == 2      # bad input
+    capsys.readouterr()
+    try:
+        main(["compare", "--help"])
+    except SystemExit:
+        pass
+    text = capsys.readouterr().out
+    assert "exit status:" in text and all(f"\n  {n}  " in text for n in (0, 1, 2))

@@ -96,7 +96,7 @@ def test_scheduler_file_cluster_from_the_dask_commands(dumps, cli_cluster, tmp_p
     out = tmp_path / "out"
     want = _local(golden, target, out)
     assert main(["compare", golden, target, "-o", str(out), "--executor", "dask", "--scheduler-file",
-                 str(sched_file)]) == 0
+                 str(sched_file)]) == 1              # the planted divergence: exit status 1
     assert _outputs(out) == want
     assert not marker.exists()          # no chunk units: the kill hook did not fire
 

@@ -83,6 +83,26 @@ def test_each_error_names_field_value_and_what_is_allowed(tmp_path, obj, field, 
     assert err.field == field
     assert hint in str(err)
     assert f"'{field}'" in str(err)
+    assert str(err).startswith(f"{tmp_path / 'config.json'}: ")       # the file the value came from
+
+
+def test_an_unknown_key_with_a_close_one_suggests_it_without_the_list_and_names_the_file(tmp_path):
+    path = _write(tmp_path, {"task": "statistics", "levle": "L1"})
+    with pytest.raises(ConfigError) as info:
+        build_config(path)
+    assert str(info.value) == f"{path}: config field 'levle': unknown key; did you mean 'level'?"
+    far = _write(tmp_path, {"task": "statistics", "zzzzzz": 1}, "far.yaml")
+    with pytest.raises(ConfigError) as info:
+        build_config(far)
+    text = str(info.value)          # nothing close: every key the file may hold
+    assert text.startswith(f"{far}: config field 'zzzzzz': unknown key; known keys: ")
+    assert all(k in text for k in ("dump_path", "level", "step", "statistics"))
+    with pytest.raises(ConfigError) as info:        # a keyword argument: no file to name
+        build_config(path, level="L9")
+    assert str(info.value).startswith(f"{path}: config field 'levle'")
+    with pytest.raises(ConfigError) as info:
+        build_config(_write(tmp_path, {"task": "statistics"}, "plain.json"), level="L9")
+    assert str(info.value).startswith("config field 'level'")
 
 
 def test_file_errors_name_the_file(tmp_path):

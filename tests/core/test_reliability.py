@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from ts_core import DumpWriteError, PrecisionDebugger
+from ts_core.errors import ConfigError
 from ts_core.dumpfmt.rankdir import read_construct, read_stacks
 from ts_core.writer import recover
 
@@ -23,9 +24,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_unwritable_dump_path_warns_once_and_training_goes_on(tmp_path):
     blocker = tmp_path / "file"
-    blocker.write_text("not a folder")
     model, x = make("mlp")
     dbg = PrecisionDebugger(dump_path=str(blocker / "dump"), level="mix", step=[0, 1])
+    blocker.write_text("not a folder")           # after the check at construction: a write fails
     with pytest.warns(RuntimeWarning, match="marked incomplete") as record:
         for _ in range(2):
             dbg.start(model)
@@ -34,15 +35,26 @@ def test_unwritable_dump_path_warns_once_and_training_goes_on(tmp_path):
             dbg.stop()
             dbg.step()
     dbg.close()
-    assert len([w for w in record if "tsprobe" in str(w.message)]) == 1
-    assert torch.isfinite(loss)
+    ours = [w for w in record if "tsprobe" in str(w.message)]
+    assert len(ours) == 1 and torch.isfinite(loss)
+    assert ours[0].filename == __file__           # the warning points at the user's line, not ours
+
+
+def test_an_unwritable_dump_path_is_an_error_at_construction(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    for path, why in ((blocker / "dump", f"{blocker} is a file"), (blocker, "it is a file, not a folder")):
+        with pytest.raises(ConfigError) as info:
+            PrecisionDebugger(dump_path=str(path), level="L1", step=[0])
+        assert f"config field 'dump_path': got {str(path)!r}" in str(info.value) and why in str(info.value)
+    assert PrecisionDebugger.current() is None
 
 
 def test_on_write_error_raise_stops_instead(tmp_path):
     blocker = tmp_path / "file"
-    blocker.write_text("x")
     model, x = make("mlp")
     dbg = PrecisionDebugger(dump_path=str(blocker / "dump"), level="L1", step=[0], on_write_error="raise")
+    blocker.write_text("x")
     with pytest.raises(DumpWriteError, match="could not write"):
         dbg.start(model)
 
@@ -89,6 +101,7 @@ def test_no_half_written_json_when_the_disk_fills(tmp_path, monkeypatch):
 KILLED = """
 import time, torch
 from ts_core import PrecisionDebugger
+from ts_core.errors import ConfigError
 d = PrecisionDebugger(dump_path={dump!r}, level="L1", step=[0])
 d.start()
 x = torch.ones(4)
@@ -161,6 +174,7 @@ def test_file_size_limit_warns_and_training_goes_on(tmp_path):
 TENSOR_DIR_LOST = """
 import os, shutil, torch
 from ts_core import DumpWriteError, PrecisionDebugger
+from ts_core.errors import ConfigError
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
 x = torch.randn(32, 64)

@@ -30,7 +30,7 @@ def test_msprobe_flags_give_what_the_positional_form_gives(tmp_path):
     golden, target = _dump(tmp_path / "g", 1.0), _dump(tmp_path / "t", 3.0)
     plain = _compare(golden, target, "-o", str(tmp_path / "a"))
     msprobe = _compare("-tp", target, "-gp", golden, "--output_path", str(tmp_path / "b"))
-    assert plain.returncode == msprobe.returncode == 0, plain.stderr + msprobe.stderr
+    assert plain.returncode == msprobe.returncode == 1, plain.stderr + msprobe.stderr     # a divergence
     a, b = json.loads(plain.stdout), json.loads(msprobe.stdout)
     assert a.get("first_divergence") and a["first_divergence"] == b["first_divergence"]
     assert "linear.2" in json.dumps(a["first_divergence"])

@@ -1,6 +1,7 @@
 """What a pip user gets: a fresh venv with ``pip install <checkout>`` builds the C extension and
 uses it (or runs the pure paths when no compiler was there), writes nothing at run time;
 ``requires-python`` is what the code needs; the CLI's --version and closed pipes."""
+import importlib.util
 import json
 import os
 import re
@@ -48,6 +49,11 @@ def test_version_names_the_package_and_the_kernels():
     pure = subprocess.run([sys.executable, "-m", "ts_core.cli", "--version"], cwd=ROOT, capture_output=True,
                           text=True, check=True, env=dict(os.environ, TSPROBE_NATIVE="0")).stdout
     assert "native kernels: not in use (TSPROBE_NATIVE=0)" in pure
+    for extra in ("isal", "msgspec"):         # the extra `fast`, each said in use or not
+        line = next(x for x in out.splitlines() if x.startswith(f"{extra}: "))
+        installed = importlib.util.find_spec(extra) is not None
+        assert line.startswith(f"{extra}: {'in use' if installed else 'not installed'}")
+        assert ("tsprobe[fast]" in line) == (not installed)
 
 
 def test_a_reader_that_goes_away_ends_the_cli_quietly(tmp_path):

@@ -59,7 +59,13 @@ def test_config_init_prints_a_ready_config_to_start_from(tmp_path):
     assert yaml.safe_load(as_yaml.stdout) == json.load(open(os.path.join(READY_DIR, "md5.json")))
     bad = _cli("config", "init", "statistic_mix")
     assert bad.returncode == 2 and "did you mean 'statistics_mix'?" in bad.stderr
-    assert _cli("config", "list").stdout.split() == ready_configs()
+    listed = [line.split(None, 1) for line in _cli("config", "list").stdout.splitlines()]
+    assert [name for name, _ in listed] == ready_configs()
+    described = dict(listed)           # each with what it records: its YAML twin's first comment sentence
+    with open(os.path.join(READY_DIR, "md5.yaml")) as f:
+        assert described["md5"] in f.read().replace("\n# ", " ")
+    assert described["md5"].startswith("API calls with a CRC-32 of each tensor")
+    assert all(len(d) > 10 for d in described.values())
 
 
 @pytest.mark.parametrize("field,value,want", [

@@ -82,8 +82,9 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
             Dump(unit)
         raise DumpFormatError(f"nothing to compare: no step/rank of {golden} ({_labels(lone_g)}) matches one "
                               f"of {target} ({_labels(lone_t)})")
+    outcomes: list = []
     results = run_pairs(pairs, opts, executor=executor, workers=workers, chunks=chunks, progress=progress,
-                        scheduler=scheduler, scheduler_file=scheduler_file)
+                        scheduler=scheduler, scheduler_file=scheduler_file, outcomes=outcomes)
     tolerances = {k: v.to_dict() for k, v in DEFAULT_TOLERANCES.items()}
     overrides = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
     if overrides:
@@ -91,7 +92,7 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
     result = CompareResult(
         golden=str(golden), target=str(target), pairs=results,
         unpaired_golden=[str(u.json_path) for u in lone_g], unpaired_target=[str(u.json_path) for u in lone_t],
-        tolerances=tolerances,
+        tolerances=tolerances, unreadable=list(dict.fromkeys(o.error for o in outcomes if o.error)),
         options={"stats_only": stats_only, "equal_nan": equal_nan,
                  "normalise": getattr(normalise, "__name__", str(normalise)),
                  "crossframework": crossframework, "mapping": opts.mapping})

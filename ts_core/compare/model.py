@@ -200,6 +200,7 @@ class CompareResult:
     report_path: Optional[str] = None
     files: Dict[str, str] = field(default_factory=dict)
     ranks: Dict[str, Any] = field(default_factory=dict)      # many ranks: see ranks.rank_summary
+    unreadable: List[str] = field(default_factory=list)      # why each step/rank not compared could not be read
 
     @property
     def rows(self) -> List[Row]:
@@ -253,7 +254,7 @@ class CompareResult:
             "diagnosis": self.diagnosis,
             "pairs": [p.to_dict() for p in self.pairs],
             "unpaired_golden": self.unpaired_golden, "unpaired_target": self.unpaired_target,
-            "files": self.files, **({"ranks": self.ranks} if self.ranks.get("steps") else {}),
+            "unreadable": self.unreadable, "files": self.files, **({"ranks": self.ranks} if self.ranks.get("steps") else {}),
         })
 
     def to_json(self, with_rows: bool = False, **kw) -> str:

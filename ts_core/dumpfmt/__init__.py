@@ -19,7 +19,7 @@ from .layout import (CONSTRUCT_JSON, DUMP_JSON, JOURNAL, MONITOR_JSONL, STACK_JS
                      step_dir_name, tensor_file_name, unit_for)
 from .rankdir import (RankFiles, read_construct, read_header_and_data, read_rank_files, read_stacks, stack_groups,
                       write_rank_files)
-from .records import INPUT, OUTPUT, PARAMETER, STAT_FIELDS, Entry, is_tensor_summary, map_summaries, record_entries
+from .records import INPUT, OUTPUT, PARAMETER, STAT_FIELDS, UNINITIALIZED, Entry, is_tensor_summary, map_summaries, record_entries
 from ..native import crc32_hex     # the md5 field's CRC-32 (ISA-L when installed, else zlib)
 from .refstats import reference_stats
 from .shards import DTENSOR, dtensor_block, merge_shards, shard_stats
@@ -41,7 +41,7 @@ __all__ = [
     "step_dir_name", "tensor_file_name", "unit_for",
     "RankFiles", "read_construct", "read_header_and_data", "read_rank_files", "read_stacks", "stack_groups",
     "write_rank_files",
-    "INPUT", "OUTPUT", "PARAMETER", "STAT_FIELDS", "Entry", "is_tensor_summary", "map_summaries",
+    "INPUT", "OUTPUT", "PARAMETER", "STAT_FIELDS", "UNINITIALIZED", "Entry", "is_tensor_summary", "map_summaries",
     "record_entries",
     "crc32_hex", "reference_stats",
     "DTENSOR", "dtensor_block", "merge_shards", "shard_stats",

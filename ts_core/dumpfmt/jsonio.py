@@ -23,6 +23,11 @@ except ImportError:
 _std_record_encode = json.JSONEncoder(separators=(", ", ": ")).encode
 
 
+def fast_json() -> bool:
+    """Is msgspec encoding the dump records (``tsprobe --version``)?"""
+    return _fast_encode is not None
+
+
 def write_atomic(path: "os.PathLike | str", write: Callable[[Any], None], mode: str = "w",
                  fsync: bool = True) -> None:
     """Write through `write(file)` into a temporary file, rename it over `path`. ``fsync``

@@ -5,6 +5,8 @@ Backward record  ``{"input": [grads of the forward outputs], "output": [grads of
 parameters_grad  ``{"weight": [summary], "bias": [summary]}``
 Tensor summary   ``{"type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad"}``
                  (+ ``"md5"``, ``"data_name"``); other values ``{"type": "int", "value": 3}``.
+                 A value read from memory nothing had written yet: ``"uninitialized": true``
+                 and no statistics.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator, List, Tuple
 
 STAT_FIELDS = ("Max", "Min", "Mean", "Norm")
+# a summary flag: the value was read from memory nothing had written yet (no statistics, never compared)
+UNINITIALIZED = "uninitialized"
 INPUT_ARGS, INPUT_KWARGS, OUTPUT_FIELD, PARAMETERS, BACKWARD_INPUT = (
     "input_args", "input_kwargs", "output", "parameters", "input")
 INPUT, OUTPUT, PARAMETER = "input", "output", "parameter"       # roles of recorded values

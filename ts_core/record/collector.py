@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import DebuggerConfig
+from ..errors import warn_user
 from ..dumpfmt import (BACKWARD, FORWARD, api_key, module_key, params_grad_key, rank_dir, value_name,
                        without_direction)
 from ..scope import Scope
@@ -324,10 +324,10 @@ class Collector:
             return False
         if not self._async_warned:
             self._async_warned = True
-            warnings.warn(f"tsprobe: async_dump: more than {ASYNC_MAX_BYTES >> 20} MiB of tensor copies or "
+            warn_user(f"tsprobe: async_dump: more than {ASYNC_MAX_BYTES >> 20} MiB of tensor copies or "
                           f"{ASYNC_MAX_PENDING} tensor summaries waited for the step end; flushed early "
                           "(one host sync) to bound memory. Narrow the dump with list/scope to avoid it.",
-                          RuntimeWarning, stacklevel=4)
+                          RuntimeWarning)
         return True
 
     def _construct(self, dump: DumpDir, key: str, parent: Optional[str]) -> None:
@@ -359,8 +359,8 @@ class Collector:
     def _late(self, key: str) -> None:
         if not self._late_warned:
             self._late_warned = True
-            warnings.warn(f"tsprobe: gradient for {key} arrived after its step was closed and was not "
-                          "recorded; call debugger.step() after loss.backward().", RuntimeWarning, stacklevel=3)
+            warn_user(f"tsprobe: gradient for {key} arrived after its step was closed and was not "
+                      "recorded; call debugger.step() after loss.backward().", RuntimeWarning)
 
 
 class _IdleFlusher(threading.Thread):

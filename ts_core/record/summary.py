@@ -11,7 +11,7 @@ import math
 import weakref
 from typing import Any, Callable, ClassVar, List, Optional, Tuple
 
-from ..dumpfmt import DTENSOR, STAT_FIELDS, shard_stats, value_name, xor_field
+from ..dumpfmt import DTENSOR, STAT_FIELDS, UNINITIALIZED, shard_stats, value_name, xor_field
 from ..dumpfmt.dtypes import dtype_name, is_exact
 
 
@@ -226,7 +226,7 @@ class Summarizer:
         out = ad.meta(t)                    # field order as msprobe writes it
         if hold is not None:
             hold.append((out, name, t))
-        if not self.values:
+        if not self.values or out.get(UNINITIALIZED):    # unwritten memory: no statistics, no file
             out["requires_grad"] = ad.requires_grad(t)
             return out
         if self.summary_mode == "xor":      # msprobe: the checksum replaces the statistics

@@ -7,11 +7,10 @@ and let training go on, unless the config says ``on_write_error: raise``.
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..dumpfmt import JOURNAL, TENSOR_DIR, record_json, tensor_file_name, write_rank_files
-from ..errors import DumpWriteError
+from ..errors import DumpWriteError, warn_user
 from .journal import Journal, read_journal
 from ..dumpfmt.tensor_pack import PACK_TAR, PACKED, has_pack, repair
 from .tensor_files import TensorFileWriter, TensorPackWriter
@@ -194,9 +193,9 @@ class DumpDir:
             raise DumpWriteError(f"tsprobe could not write the dump in {self.path}: {exc}") from exc
         if not self._warned[0]:
             self._warned[0] = True
-            warnings.warn(f"tsprobe: writing the dump in {self.path} failed ({exc}); the dump is "
-                          "marked incomplete and training goes on. Free space or fix permissions, "
-                          "or set on_write_error: raise to stop instead.", RuntimeWarning, stacklevel=2)
+            warn_user(f"tsprobe: writing the dump in {self.path} failed ({exc}); the dump is "
+                      "marked incomplete and training goes on. Free space or fix permissions, "
+                      "or set on_write_error: raise to stop instead.", RuntimeWarning)
 
 
 def recover(path: str) -> int:

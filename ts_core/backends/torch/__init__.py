@@ -24,6 +24,7 @@ from .access import TorchAccess
 from .api_hooks import ApiPatcher, node_target
 from .grad_capture import GradCapture, recomputing, release_leaf_hooks
 from .tensors import TorchAdapter
+from .uninit import Tracker
 
 __all__ = ["TorchBackend", "TorchAdapter"]
 
@@ -67,8 +68,13 @@ class TorchBackend(Backend):
                 f"compile_mode 'shadow' (TSPROBE_COMPILE=shadow: its modules recorded by an eager re-run, the "
                 f"compiled training unchanged) to localise it"]
 
+    def __init__(self, cfg: Any, collector: Any, switch: Any):
+        super().__init__(cfg, collector, switch)
+        self.uninit = Tracker(switch)      # buffers not yet written: their values are never summarised
+
     def _check_runtime_impl(self) -> None:
         compiled.watch_compiler()      # API wrappers stand aside while torch.compile compiles
+        self.uninit.install()          # before the API wrappers, which then wrap its writers
 
     def _hook_model(self, model: torch.nn.Module, index: Optional[int]) -> None:
         new = model not in self.hooks.hooked
@@ -96,6 +102,7 @@ class TorchBackend(Backend):
 
     def _close_impl(self) -> None:
         release_leaf_hooks()
+        self.uninit.restore()          # after the API wrappers came off (base.close)
 
     def _watch_module_outputs_impl(self, capture: GradCapture, output: Any, args: tuple, inplace: bool) -> None:
         if inplace:

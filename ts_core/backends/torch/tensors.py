@@ -18,9 +18,10 @@ import numpy as np
 import torch
 
 from ... import native
-from ...dumpfmt import dtensor_block, xor64_of_bytes
+from ...dumpfmt import UNINITIALIZED, dtensor_block, xor64_of_bytes
 from ...record.summary import HOST_ROW, TensorAdapter
 from .._depth import internal
+from . import uninit
 
 # The only tensor types whose bytes tsprobe reads through their address. Subclasses are wrappers
 # with no bytes of their own (DTensor: a local shard inside; FakeTensor, FunctionalTensor: none at
@@ -171,6 +172,9 @@ class TorchAdapter(TensorAdapter):
 
     def meta(self, t: torch.Tensor) -> dict:
         if type(t) in _PLAIN_TYPES:
+            if uninit.TRACKED and uninit.unwritten(t):
+                return {"type": "torch.Tensor", "dtype": self._dtype_names[t.dtype], "shape": list(t.shape),
+                        UNINITIALIZED: True}
             return {"type": "torch.Tensor", "dtype": self._dtype_names[t.dtype], "shape": list(t.shape)}
         dtensor = _dtensor_type()
         if dtensor is None or not isinstance(t, dtensor):
@@ -286,6 +290,8 @@ class TorchAdapter(TensorAdapter):
         counter; ``requires_grad_()`` does not, hence that check; the shape guards
         ``t.data = ...``. Only a few are kept: a dict alive for long is promoted towards the
         interpreter's full collections (Collector._emit)."""
+        if uninit.TRACKED and uninit.unwritten(t):
+            return None                      # meta() says so; no statistics (uninit.py)
         if share:
             kept = self._shared.get(id(t))
             if kept is not None and kept[0]() is t and kept[1] == t._version and kept[2] == t.shape and \

@@ -7,7 +7,7 @@ import math
 from itertools import permutations
 from typing import Any, Dict, List, Optional, Tuple
 
-from ...dumpfmt import STAT_FIELDS, checksum_kind, is_tensor_summary
+from ...dumpfmt import STAT_FIELDS, UNINITIALIZED, checksum_kind, is_tensor_summary
 from ...dumpfmt.dtypes import dtype_name
 from ...verdicts import ERROR, PASS, WARNING, worse
 from ..errors import TensorFileError
@@ -150,6 +150,12 @@ def judge_value(gl: Any, tl: Any, row: Any, gd: Any, td: Any, opts: Any, exact_s
             return False
         row.mode, row.golden_value, row.target_value = "value", gv, tv
         row.verdict, row.reason = WARNING, f"argument differs: golden {gv!r}, target {tv!r}"
+        return True
+    if gl.get(UNINITIALIZED) or tl.get(UNINITIALIZED):
+        row.mode, row.verdict = UNINITIALIZED, PASS
+        sides = " and ".join(s for s, v in (("golden", gl), ("target", tl)) if v.get(UNINITIALIZED))
+        row.reason = (f"not compared: {sides} read memory nothing had written yet (a buffer from "
+                      f"empty/new_empty before it was filled)")
         return True
     _judge_tensor(gl, tl, row, gd, td, opts, exact_shape)
     return True

@@ -7,11 +7,12 @@ imported only when a ``.pt`` file is actually read.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ...dumpfmt import (INPUT, DumpFormatError, OUTPUT, PARAMETER, DumpUnit, Entry,
+from ...dumpfmt import (INPUT, JOURNAL, DumpFormatError, OUTPUT, PARAMETER, DumpUnit, Entry,
                        find_dumps, is_tensor_summary, parse_key, read_construct, read_header_and_data, read_json,
                        read_stacks, record_entries)
 from ...dumpfmt.tensor_store import TensorStore, load_tensor_file, open_tensors
@@ -47,7 +48,7 @@ class Dump:
         self.unit = unit
         self.path = unit.json_path
         self.dir = unit.json_path.parent
-        header, self.data = read_header_and_data(str(self.path))
+        header, self.data = read_readable(self.path)
         if self.data and not any(isinstance(v, dict) for v in self.data.values()):
             raise DumpFormatError(f"{self.path}: not a dump (its \"data\" holds no record: each is an object of "
                                   f"input_args/output/... keyed by a call name such as Functional.linear.0.forward)")
@@ -117,6 +118,22 @@ def _renamed_construct(construct: Dict[str, Any], renamed: Dict[str, str]) -> Di
             key = construct.get(key)
         return renamed.get(key, key) if key is not None else None
     return {renamed.get(k, k): parent(v) for k, v in construct.items() if renamed.get(k, k)}
+
+
+def read_readable(path: Path) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """dump.json's header and records; a file that cannot be parsed raises a DumpFormatError that
+    also says what to do: ``tsprobe recover`` when the run's journal is beside it, else dump again."""
+    try:
+        return read_header_and_data(str(path))
+    except DumpFormatError as e:
+        if "truncated" not in str(e) and "is empty" not in str(e):
+            raise                 # another kind of file, not a dump cut short
+        folder = path.parent
+        if (folder / JOURNAL).is_file():
+            hint = f"rebuild it from the journal beside it: tsprobe recover {folder}"
+        else:
+            hint = "no journal beside it to rebuild it from (tsprobe recover needs one): dump that step again"
+        raise DumpFormatError(f"{e}; {hint}") from None
 
 
 _BYTES_READ = [0]      # tensor bytes this process loaded (the statistics-first saving, executor.py)

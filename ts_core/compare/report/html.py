@@ -9,7 +9,10 @@ execution order (forward and backward apart, the first divergence marked, passin
 lane of their own, not drawn as errors); a step x rank x module heat-map when there are several
 steps or ranks; then the table, grouped by step/rank, with both sides' statistics and only the
 columns the comparison filled. Clicking a tree node filters the table to it. Every tree and
-table row is one line high; long text is cut with an ellipsis and shown whole on hover."""
+table row is one line high; value names are shown whole (the table scrolls sideways), other long
+text is cut with an ellipsis and shown whole on hover. The table opens with the rows that do
+not pass first (each part in execution order): the first divergence's neighbours, not step 0's
+passing calls."""
 from __future__ import annotations
 
 import html
@@ -83,7 +86,7 @@ ol.dx{margin:.3em 0;padding-left:1.4em} ol.dx li{margin:.35em 0}
 .tools{margin:.3em 0} .chip{background:#ddf4ff;border:1px solid #54aeff;border-radius:1em;padding:0 .6em;font-size:.85em}
 .chip button{border:0;background:none;cursor:pointer;color:#0969da}
 #tablebox{max-height:75vh;overflow:auto;border:1px solid #d0d7de} #t{border-collapse:collapse;font-size:.79em} #t th,#t td{border:1px solid #d8dee4;padding:1px 5px;white-space:nowrap;
-  max-width:26em;overflow:hidden;text-overflow:ellipsis}
+  max-width:26em;overflow:hidden;text-overflow:ellipsis} #t td.nm{max-width:none;font-family:monospace;font-size:.95em}
 #t th{cursor:pointer;background:#eef1f4;position:sticky;top:0;z-index:1} #t td.num{text-align:right;font-family:monospace}
 #t tr.grp td{background:#f6f8fa;font-weight:600;cursor:pointer;border-top:2px solid #d0d7de}
 #t tr.pass,#t tr.warning,#t tr.error{color:#1f2328} #t tr.error td{background:#fff8f8} #t tr.error td.v{color:#cf222e;font-weight:bold} #t tr.warning td.v{color:#9a6700} #t tr.pass td.v{color:#1a7f37}
@@ -94,7 +97,9 @@ _SCRIPT = r"""
 const D = JSON.parse(document.getElementById('data').textContent);
 const T = D.trees, cols = D.columns, rows = D.rows, shown = D.shown;
 const C = Object.fromEntries(cols.map((c,i)=>[c,i]));
-let unit = D.unit, open = new Set(), unfold = new Set(), sel = null, sortCol = C.order, sortAsc = true;
+// sortCol TRIAGE (the default): the rows that do not pass first, each part in execution order
+const TRIAGE = -1;
+let unit = D.unit, open = new Set(), unfold = new Set(), sel = null, sortCol = TRIAGE, sortAsc = true;
 let openGroups = new Set([D.unit]), LIMIT = 400;   // rows drawn; 'more' draws more (a big table is slow to lay out)
 function esc(s){ return String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c])); }
 function fe(v){ return v===null||v===undefined?'':(v==='inf'||v>=1e30?'inf':Number(v).toExponential(2)); }
@@ -195,8 +200,11 @@ function table(){ const q=document.getElementById('q').value.toLowerCase(), v=do
     (!q||shown.some(c=>{ const x=r[C[c]]; return x!==null&&String(x).toLowerCase().includes(q); }));
   const groups=T.map(()=>[]); for(const r of rows) if(match(r)) groups[r[C.unit]].push(r);
   const sc=sortCol, dir=sortAsc?1:-1;
-  const cmp=(a,b)=>{ let x=a[sc], y=b[sc]; if(x===y) return 0; if(x===null) return 1; if(y===null) return -1; return (x<y?-1:1)*dir; };
-  let h='<tr>'+shown.map(c=>`<th data-c="${c}">${esc(c.replace(/_/g,' '))}${C[c]===sortCol?(sortAsc?' &#9650;':' &#9660;'):''}</th>`).join('')+'</tr>';
+  const cmp=sc===TRIAGE?(a,b)=>((a[C.verdict]==='pass')-(b[C.verdict]==='pass'))||(a[C.order]-b[C.order]):
+    (a,b)=>{ let x=a[sc], y=b[sc]; if(x===y) return 0; if(x===null) return 1; if(y===null) return -1; return (x<y?-1:1)*dir; };
+  const mark=c=>sc===TRIAGE?(c==='verdict'?' <span class="muted" title="the rows that do not pass first, in execution order; click a column to sort by it">(not pass first)</span>':''):
+    (C[c]===sortCol?(sortAsc?' &#9650;':' &#9660;'):'');
+  let h='<tr>'+shown.map(c=>`<th data-c="${c}">${esc(c.replace(/_/g,' '))}${mark(c)}</th>`).join('')+'</tr>';
   let total=0, drawn=0;
   groups.forEach((g,u)=>{ if(!g.length) return; total+=g.length; g.sort(cmp);
     const ne=g.filter(r=>r[C.verdict]==='error').length, nw=g.filter(r=>r[C.verdict]==='warning').length, isOpen=openGroups.has(u);
@@ -205,7 +213,8 @@ function table(){ const q=document.getElementById('q').value.toLowerCase(), v=do
     if(!isOpen) return;
     for(const r of g){ if(drawn>=LIMIT) break; drawn++;
       h+=`<tr class="${r[C.verdict]}">`+shown.map(c=>{ const x=r[C[c]], s=c==='target_key'&&x===r[C.golden_key]?'=':esc(fmt(x));
-        const cl=[typeof x==='number'?'num':'', c==='verdict'?'v':'', c.startsWith('golden_')?'g':c.startsWith('target_')?'tg':''].join(' ');
+        const cl=[typeof x==='number'?'num':'', c==='verdict'?'v':'', c==='name'||c==='target_key'?'nm':'',
+                  c.startsWith('golden_')?'g':c.startsWith('target_')?'tg':''].join(' ');
         return `<td class="${cl}" title="${s}">${s}</td>`; }).join('')+'</tr>'; } });
   document.getElementById('n').innerHTML=`${total} rows`+(drawn>=LIMIT?` (${LIMIT} drawn: filter, or <button id="more">draw 2000 more</button>)`:'');
   if(drawn>=LIMIT) document.getElementById('more').onclick=()=>{ LIMIT+=2000; table(); };

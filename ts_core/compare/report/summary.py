@@ -11,6 +11,7 @@ from ...dumpfmt.stack import one_line
 from ..align.matching import BACKWARD, FORWARD, OTHER
 from ..judge.metrics import _num
 from ..load.loader import Dump, find_dumps, is_tensor_summary
+from .text import where
 
 
 def _nonfinite(leaf: Any) -> Optional[str]:
@@ -63,7 +64,7 @@ def summary_text(items: List[Dict[str, Any]]) -> str:
     bad = next((i for i in items if i["first_nonfinite"]), None)
     if bad is not None:
         nf = bad["first_nonfinite"]
-        lines.append(f"first NaN/Inf: step {bad['step']} {bad['rank'] or '-'}: {nf['tensor']} ({nf['direction']}; "
+        lines.append(f"first NaN/Inf: {where(bad['step'], bad['rank'])}: {nf['tensor']} ({nf['direction']}; "
                      f"{nf['stats']})" + (f" at {nf['source']}" if nf.get("source") else ""))
     steps = sorted({i["step"] for i in items if i["step"] is not None})
     ranks = sorted({i["rank"] for i in items})
@@ -72,7 +73,7 @@ def summary_text(items: List[Dict[str, Any]]) -> str:
         c = i["counts"]
         mode = ("tensor" + (f" (packed, {i['tensors_stored']} stored)" if i["tensor_format"] == "packed" else "")
                 if i["tensor_mode"] else "statistics only")
-        lines.append(f"step {i['step']} {i['rank'] or '-'}: {i['records']} records "
+        lines.append(f"{where(i['step'], i['rank']) or 'dump'}: {i['records']} records "
                      f"({c['forward']} forward, {c['backward']} backward, {c['parameters_grad']} parameters_grad, "
                      f"{c['other']} other), {i['tensors']} tensors, {mode}; task={i['task'] or '?'} "
                      f"level={i['level'] or '?'} framework={i['framework'] or '?'}")

@@ -23,26 +23,49 @@ def _short(s: str, n: int) -> str:
     return s if len(s) <= n else "..." + s[-(n - 3):]
 
 
+def where(step: Any, rank: Any) -> str:
+    """A step/rank pair in words: ``step 0, rank 0``; ``step 0, not distributed`` for the folder a
+    run without ranks writes (``rank``); msprobe's process folders (``proc123``) as named."""
+    rank = str(rank or "")
+    if rank in ("", "rank"):
+        who = "not distributed" if rank else ""
+    elif rank.startswith("rank") and rank[4:].isdigit():
+        who = f"rank {rank[4:]}"
+    else:
+        who = rank
+    return ", ".join(x for x in (f"step {step}" if step is not None else "", who) if x)
+
+
 def terminal_text(result: Any, max_rows: int = 12) -> str:
     """The verdict, the first divergence, then the earliest failing rows as a short table."""
     c = result.counts
     differ = [p for p in result.pairs if p.programs and not p.programs.get("same", True)]
+    one_empty = differ and all(any(p.counts.get(f"records_{side}") == 0 for side in ("golden", "target"))
+                               for p in differ)
     label = "" if not differ else " (nothing compared)" if all(p.programs.get("calls") == 0 for p in differ) \
-        else " (different programs)"
+        else " (one side recorded nothing)" if one_empty else " (different programs)"
     lines = [f"tsprobe compare: {result.verdict.upper()}{label}  "
              f"({c.get('matched', 0)} calls matched, {c.get('unmatched_golden', 0)} only in golden, "
              f"{c.get('unmatched_target', 0)} only in target; rows: {c.get(PASS, 0)} pass, "
              f"{c.get(WARNING, 0)} warning, {c.get(ERROR, 0)} error)"]
     fd = result.first_divergence
+    unreadable = list(getattr(result, "unreadable", None) or [])
+    if unreadable:
+        lines.append(f"unreadable input: {len(unreadable)} step/rank pair(s) not compared, the others were:")
+        lines.extend(f"  {e}" for e in unreadable)
     for p in differ[:3]:
-        where = ", ".join(x for x in (f"step {p.step}" if p.step is not None else "", p.rank) if x)
-        lines.append(p.programs["evidence"] + (f" ({where})" if where else ""))
+        at = where(p.step, p.rank)
+        empty = [side for side in ("golden", "target") if p.counts.get(f"records_{side}") == 0]
+        evidence = (f"{' and '.join(empty)} recorded no call here: was the debugger started around the model's "
+                    f"forward and backward in that run?" if empty else p.programs["evidence"])
+        lines.append(evidence + (f" ({at})" if at else ""))
     if fd and not differ:     # with different programs the evidence above replaces both lines below
-        where = ", ".join(x for x in (f"step {fd.step}" if fd.step is not None else "", fd.rank) if x)
-        lines.append(fd.describe() + (f"\n  ({where})" if where else ""))
+        at = where(fd.step, fd.rank)
+        lines.append(fd.describe() + (f"\n  ({at})" if at else ""))
         lines.extend(_stats_lines(fd.metrics))
     elif not differ:
-        lines.append(result.summary().get("first_divergence_note") or "no call introduced an error")
+        notes = [p.note for p in result.pairs if p.note and not set(p.warnings) & set(unreadable)]
+        lines.append("; ".join(dict.fromkeys(notes)) or "no call introduced an error")
     lines.extend(diagnosis_lines(getattr(result, "diagnosis", None) or []))
     lines.extend(_unit_lines(result.pairs))
     bad = [r for r in result.rows if r.verdict != PASS][:max_rows]
@@ -58,8 +81,10 @@ def terminal_text(result: Any, max_rows: int = 12) -> str:
                          f"{_fmt(r.error_measure):>10}")
         more = sum(1 for r in result.rows if r.verdict != PASS) - len(bad)
         if more > 0:
-            lines.append(f"... {more} more non-passing rows")
-    lines.extend(_pair_messages(result.pairs))
+            out = getattr(result, "files", {}).get("csv")
+            lines.append(f"... {more} more non-passing rows " + (f"(every row: {out})" if out else
+                                                                  "(-o OUT writes every row to OUT/compare.csv)"))
+    lines.extend(m for m in _pair_messages(result.pairs) if not any(u in m for u in unreadable))
     if result.unpaired_golden or result.unpaired_target:
         lines.append(f"unpaired dumps: golden {result.unpaired_golden}, target {result.unpaired_target}")
     if getattr(result, "ranks", None) and result.ranks.get("steps"):
@@ -107,11 +132,11 @@ def _unit_lines(pairs) -> List[str]:
         return []
     out = ["", f"{'step/rank':<16} {'values':>7} {'error':>6} {'warning':>7}  first divergence"]
     for p in pairs:
-        where = "/".join(x for x in (f"step{p.step}" if p.step is not None else "", p.rank) if x) or "dump"
+        unit = "/".join(x for x in (f"step{p.step}" if p.step is not None else "", p.rank) if x) or "dump"
         c = p.counts
         n = c.get(PASS, 0) + c.get(WARNING, 0) + c.get(ERROR, 0)
         first = p.first_divergence.key if p.first_divergence else "-"
-        out.append(f"{where:<16} {n:>7} {c.get(ERROR, 0):>6} {c.get(WARNING, 0):>7}  {first}")
+        out.append(f"{unit:<16} {n:>7} {c.get(ERROR, 0):>6} {c.get(WARNING, 0):>7}  {first}")
     return out
 
 
@@ -123,12 +148,12 @@ _WARNINGS = ("golden dump is marked incomplete", "target dump is marked incomple
 def _pair_messages(pairs) -> List[str]:
     """Each message once, however many step/rank pairs carry it (the cross-framework note comes
     with every pair), prefixed ``warning:`` only when it is one."""
-    where: dict = {}
+    carried: dict = {}
     for p in pairs:
         for w in p.warnings:
-            where.setdefault(w, []).append(p)
+            carried.setdefault(w, []).append(p)
     out = []
-    for w, ps in where.items():
+    for w, ps in carried.items():
         kind = "warning" if w.startswith(_WARNINGS) else "note"
         out.append(f"{kind}: {w}" + (f" ({len(ps)} step/rank pairs)" if len(ps) > 1 else ""))
     return out

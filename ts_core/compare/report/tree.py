@@ -164,8 +164,8 @@ def build_tree(pair: PairResult, construct: Optional[Dict[str, Optional[str]]] =
         tkey = next((r.target_key for r in rows if r.target_key), None)
         golden = any(r.golden_key for r in rows) or not rows
         kind = parse_key(k.split("+")[0]).kind
-        fold = int(kind == "api" and (layout_only(k) or (rows and all(r.golden_key is None or r.target_key is None
-                                                                       for r in rows))))
+        one_sided = bool(rows) and all(r.golden_key is None or r.target_key is None for r in rows)
+        fold = int(kind == "api" and (layout_only(k) or one_sided))
         nodes.append([_label(k) if golden else "", p, kind, PASS, None, 0, k, tkey,
                       _label(tkey) if tkey else "", fold, [0, 0, 0]])
         index[k] = len(nodes) - 1
