@@ -67,11 +67,14 @@ def _load(model: Any, weights: Iterable[Tuple[str, Any]]) -> int:
 def push_weights(llm: Any, policy_or_weights: Any, only: Any = None) -> int:
     """Load the trainer's weights into the engine (``model.load_weights`` inside the worker, which
     fuses q/k/v and gate/up itself). `policy_or_weights`: a model or (name, tensor) pairs;
-    `only`: a predicate on names (a partial push). Returns the number of engine tensors loaded."""
+    `only`: a predicate on names (a partial push). The prefix cache is reset afterwards: its blocks
+    hold keys and values computed with the old weights. Returns the number of engine tensors loaded."""
     import torch
 
     named = policy_or_weights.named_parameters() if hasattr(policy_or_weights, "named_parameters") \
         else policy_or_weights
     with torch.no_grad():
         weights = [(n, p.detach().clone()) for n, p in named if only is None or only(n)]
-    return llm.apply_model(functools.partial(_load, weights=weights))[0]
+    n = llm.apply_model(functools.partial(_load, weights=weights))[0]
+    llm.reset_prefix_cache()
+    return n

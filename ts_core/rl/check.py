@@ -8,13 +8,15 @@
 6. findings and a verdict (:mod:`.diagnose`), written as a report (:mod:`.report`).
 
 Nothing here touches the trainer's parameters, gradients, optimizer or RNG streams: forwards run
-under ``no_grad``, the float64 copy for the band is a deep copy, and the engine is only asked to
-generate (its own seeded sampler) and to read its weights.
+under ``no_grad``, the float64 copy for the band is a deep copy, modules' train/eval flags are
+put back, and the engine is only asked to generate (seeded requests, under their own prefix-cache
+salt) and to read its weights.
 """
 from __future__ import annotations
 
 import os
 import tempfile
+import uuid
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import diagnose, logprobs, noise, weights
@@ -64,7 +66,8 @@ def check(model: Any, llm: Any, prompts: Sequence[Prompt], *, tokenizer: Any = N
             tok_diff = [d for d in logprobs.tokenisation_diff([t or "" for t in texts], etok, tokenizer)
                         if texts[d["request"]] is not None]
         mode = logprobs.logprobs_mode(llm)
-        rolls = logprobs.rollout(llm, ids, max_tokens=max_tokens, temperature=temperature, seed=seed)
+        rolls = logprobs.rollout(llm, ids, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                                 cache_salt=f"tsprobe-rl-check-{uuid.uuid4().hex}")
         logprobs.trainer_logprobs(model, rolls, temperature=temperature, processed=mode == "processed_logprobs")
         rows = logprobs.token_rows(rolls, tokenizer or etok)
         mm = logprobs.mismatch(rows, worst=worst)

@@ -2,7 +2,7 @@
 stage by stage, the first stage beyond the noise band named with what it points at.
 
 Both sides see the same positions: the sequence (prompt + sampled tokens) is replayed through
-the engine as a prompt (prefill, prefix cache reset first, token range [0, 0] of
+the engine as a prompt (prefill under a fresh ``cache_salt``: no cached prefix, token range [0, 0] of
 :class:`ts_integrations.vllm.TokenRangeDump`), and through the trainer's forward under the dump
 core (``PrecisionDebugger``, task tensor, level L0). The pairing is the mapping table of
 :mod:`ts_core.rl.stages`, read from the two dumps by module path: vLLM's fused ``qkv_proj`` /
@@ -14,6 +14,7 @@ meaning. A chunked prefill gives several records of one module: their rows are c
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -74,18 +75,20 @@ def dump_trainer(model: Any, sequence: Sequence[int], path: str) -> str:
     return path
 
 
-def dump_engine(llm: Any, sequence: Sequence[int], path: str) -> str:
-    """The engine's prefill of `sequence` (replayed as a prompt), dumped under `path`."""
+def dump_engine(llm: Any, sequence: Sequence[int], path: str, cache_salt: str) -> str:
+    """The engine's prefill of `sequence` (replayed as a prompt), dumped under `path`. A fresh
+    `cache_salt` makes every row computed (no cached prefix, from the rollout or anything else)
+    without resetting the engine's prefix cache, which belongs to the training loop."""
     from vllm import SamplingParams
 
     from ts_core import PrecisionDebugger
     from ts_integrations.vllm import TokenRangeDump
 
-    llm.reset_prefix_cache()          # else cached blocks of the rollout are not computed again
     dbg = PrecisionDebugger(task="tensor", level="L0", dump_path=path, fingerprint=False)
     try:
         with TokenRangeDump(llm, dbg, token_range=(0, 0)):
-            llm.generate([{"prompt_token_ids": list(sequence)}], SamplingParams(max_tokens=1, temperature=0.0),
+            llm.generate([{"prompt_token_ids": list(sequence), "cache_salt": cache_salt}],
+                         SamplingParams(max_tokens=1, temperature=0.0),
                          use_tqdm=False)
     finally:
         dbg.close()
@@ -131,7 +134,7 @@ def localise(model: Any, llm: Any, sequence: Sequence[int], stages: List[Stage],
                            "rl-check where none is, to localise", "stages": [], "first": None}
     tdir, edir = os.path.join(workdir, "trainer_dump"), os.path.join(workdir, "engine_dump")
     dump_trainer(model, sequence, tdir)
-    dump_engine(llm, sequence, edir)
+    dump_engine(llm, sequence, edir, cache_salt=f"tsprobe-rl-replay-{uuid.uuid4().hex}")
     table = compare_stages(tdir, edir, stages, band)
     return {"sequence_len": len(sequence), "trainer_dump": tdir, "engine_dump": edir, "stages": table,
             "first": first_divergence(table)}

@@ -47,8 +47,11 @@ def logprobs_mode(llm: Any) -> str:
 
 
 def rollout(llm: Any, prompt_ids: Sequence[Sequence[int]], *, max_tokens: int = 8, temperature: float = 1.0,
-            seed: int = 0) -> List[Rollout]:
-    """Sample one completion per prompt and keep the engine's log-prob of each sampled token."""
+            seed: int = 0, cache_salt: Optional[str] = None) -> List[Rollout]:
+    """Sample one completion per prompt and keep the engine's log-prob of each sampled token.
+
+    `cache_salt` keeps these requests' prefix-cache blocks apart from the training loop's (a
+    check neither reuses the loop's cached KV nor leaves blocks the loop would hit)."""
     from vllm import SamplingParams
 
     mode = logprobs_mode(llm)
@@ -57,7 +60,8 @@ def rollout(llm: Any, prompt_ids: Sequence[Sequence[int]], *, max_tokens: int = 
                          f"the LLM with logprobs_mode='raw_logprobs' (the default) or 'processed_logprobs'")
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed, logprobs=0,
                             ignore_eos=True, top_p=1.0, top_k=-1)
-    outs = llm.generate([{"prompt_token_ids": list(p)} for p in prompt_ids], params, use_tqdm=False)
+    salt = {"cache_salt": cache_salt} if cache_salt else {}
+    outs = llm.generate([{"prompt_token_ids": list(p), **salt} for p in prompt_ids], params, use_tqdm=False)
     res = []
     for out in outs:
         comp = out.outputs[0]
