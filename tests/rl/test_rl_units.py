@@ -80,6 +80,6 @@ def test_verdict_names_tokenisation_before_weights_and_weights_before_numbers():
 
 
 def test_importing_ts_core_rl_loads_neither_torch_nor_vllm():
-    code = "import sys, ts_core.rl, ts_core.rl.check; print('torch' in sys.modules, 'vllm' in sys.modules)"
+    code = "import sys, ts_core.rl, ts_core.rl.consistency, ts_core.rl.cli; print('torch' in sys.modules, 'vllm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

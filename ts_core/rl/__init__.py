@@ -16,7 +16,7 @@ __all__ = ["check", "check_weights"]
 
 
 def check(*args: Any, **kwargs: Any) -> Any:
-    from .check import check as _check
+    from .consistency import check as _check
 
     return _check(*args, **kwargs)
 

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ts_integrations.vllm_rl import live_weights
 
-    from .check import check
+    from .consistency import check
     from .report import text
 
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.trainer_dtype)).eval()

@@ -8,8 +8,8 @@
 6. findings and a verdict (:mod:`.diagnose`), written as a report (:mod:`.report`).
 
 Nothing here touches the trainer's parameters, gradients, optimizer or RNG streams: forwards run
-under ``no_grad``, the float64 copy for the band is a deep copy, modules' train/eval flags are
-put back, and the engine is only asked to generate (seeded requests, under their own prefix-cache
+under ``no_grad``, the float64 copy for the band is a deep copy, modules' train/eval flags and the
+global RNG states are put back, and the engine is only asked to generate (seeded requests, under their own prefix-cache
 salt) and to read its weights.
 """
 from __future__ import annotations
@@ -19,10 +19,38 @@ import tempfile
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+import numpy as np
+
 from . import diagnose, logprobs, noise, weights
 from .stages import llama_stages, num_layers_of
 
 Prompt = Union[str, Sequence[int]]
+
+
+class _RngState:
+    """torch (CPU and CUDA), numpy and Python RNG states, put back after the check: a training loop
+    that samples with the global generators (HF generate, dropout) draws the same numbers with the
+    check on as with it off (tests/rl/test_trl.py)."""
+
+    def __init__(self) -> None:
+        import random
+
+        import torch
+
+        self.py, self.np, self.cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() \
+            else None
+
+    def restore(self) -> None:
+        import random
+
+        import torch
+
+        random.setstate(self.py)
+        np.random.set_state(self.np)
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
 
 
 def _engine_config(llm: Any) -> Any:
@@ -56,6 +84,7 @@ def check(model: Any, llm: Any, prompts: Sequence[Prompt], *, tokenizer: Any = N
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     modes = [(m, m.training) for m in model.modules()]      # restored as they were, module by module
+    rng = _RngState()                 # an in-process engine may draw from the global generators
     model.eval()
     try:
         etok = logprobs.engine_tokenizer(llm)
@@ -95,6 +124,7 @@ def check(model: Any, llm: Any, prompts: Sequence[Prompt], *, tokenizer: Any = N
     finally:
         for m, training in modes:
             m.training = training
+        rng.restore()
     if out:
         from .report import write_report
 
