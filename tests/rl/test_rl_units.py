@@ -83,3 +83,20 @@ def test_importing_ts_core_rl_loads_neither_torch_nor_vllm():
     code = "import sys, ts_core.rl, ts_core.rl.consistency, ts_core.rl.cli; print('torch' in sys.modules, 'vllm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_the_checks_rng_guard_gives_the_loop_the_numbers_it_would_have_drawn():
+    import random
+
+    import torch
+
+    from ts_core.rl.consistency import _RngState
+
+    torch.manual_seed(3), np.random.seed(3), random.seed(3)
+    want = (torch.rand(4), np.random.rand(2), random.random())
+    torch.manual_seed(3), np.random.seed(3), random.seed(3)
+    guard = _RngState()
+    torch.rand(100), np.random.rand(7), random.random()          # what an in-process engine might draw
+    guard.restore()
+    got = (torch.rand(4), np.random.rand(2), random.random())
+    assert torch.equal(got[0], want[0]) and np.array_equal(got[1], want[1]) and got[2] == want[2]

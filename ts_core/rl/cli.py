@@ -32,7 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine-dtype", default=None, choices=DTYPES, help="default: the trainer's")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-model-len", type=int, default=512)
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="vLLM's max_model_len (default: the model's max_position_embeddings, at most 2048)")
     p.add_argument("--kv-cache-mb", type=int, default=64, help="vLLM's KV cache size (CPU: keep it small)")
     p.add_argument("--no-localise", action="store_true", help="skip the two dumps and the stage pairing")
     p.add_argument("--out", default="rl_check_report", help="report folder (report.html, report.json, *.csv)")
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tsprobe rl-check: error: --max-tokens must be >= 1, got {args.max_tokens}", file=sys.stderr)
         return 2
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")     # before vLLM is imported
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")            # the verdict, not the engine's log
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from vllm import LLM
@@ -71,10 +73,19 @@ def run(args: argparse.Namespace) -> int:
     from .report import text
 
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.trainer_dtype)).eval()
-    with live_weights():
-        llm = LLM(model=args.engine_model or args.model, enforce_eager=True,
-                  dtype=args.engine_dtype or args.trainer_dtype, max_model_len=args.max_model_len,
-                  kv_cache_memory_bytes=args.kv_cache_mb * 2**20, seed=args.seed)
+    max_len = args.max_model_len or min(2048, int(getattr(model.config, "max_position_embeddings", 2048) or 2048))
+    try:
+        with live_weights():
+            llm = LLM(model=args.engine_model or args.model, enforce_eager=True,
+                      dtype=args.engine_dtype or args.trainer_dtype, max_model_len=max_len,
+                      kv_cache_memory_bytes=args.kv_cache_mb * 2**20, seed=args.seed)
+    except Exception as exc:         # vLLM's own validation: say it in one line
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        msg = next((ln for ln in lines if "error" in ln.lower() and "validation error" not in ln.lower()),
+                   lines[0] if lines else type(exc).__name__)
+        print(f"tsprobe rl-check: error: vLLM could not start on {args.engine_model or args.model}: {msg}",
+              file=sys.stderr)
+        return 2
     tok = AutoTokenizer.from_pretrained(args.tokenizer) if args.tokenizer else None
     report = check(model, llm, prompts, tokenizer=tok, max_tokens=args.max_tokens, temperature=args.temperature,
                    seed=args.seed, out=args.out, localise=not args.no_localise)
