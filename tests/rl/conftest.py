@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -22,3 +23,16 @@ def tiny_llama(tmp_path_factory) -> str:
 def read_json(*parts: str) -> dict:
     with open(os.path.join(*parts), encoding="utf-8") as f:
         return json.load(f)
+
+
+@pytest.fixture(scope="session")
+def rl_runs(tiny_llama, tmp_path_factory) -> dict:
+    """rl_worker.py's two engines (float32 with the planted faults and the recipe's loop; bfloat16),
+    each in its own process, both at once (each engine start is mostly one core's work)."""
+    outs = {d: str(tmp_path_factory.mktemp(f"rl_{d}")) for d in ("float32", "bfloat16")}
+    worker = os.path.join(ROOT, "tests", "rl", "rl_worker.py")
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(run_isolated, [worker, out, tiny_llama, d], 600) for d, out in outs.items()]
+        for f in futures:
+            f.result()           # re-raises a worker's failure (pytest.fail) here
+    return outs

@@ -11,6 +11,9 @@ the planted faults, each checked with ``ts_core.rl.check`` into ``OUT_DIR/<scena
   ``pushed`` (everything pushed);
 - bfloat16 engine: ``bf16`` (a float32 trainer against it).
 
+The float32 process then runs recipes/rl_loop_recipe.py's loop on the same engine, without and
+with the check every step (``OUT_DIR/loop/``: facts.json, step{N}/report.html).
+
 Facts the reports cannot tell (independent computations) go to OUT_DIR/facts.json.
 """
 from __future__ import annotations
@@ -22,7 +25,9 @@ import sys
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "recipes"))
 
 PROMPTS = ["hello my name is", "the quick brown fox"]
 MAX_TOKENS = 6
@@ -54,6 +59,25 @@ def trainer_with(model_dir: str, **config_changes):
         else:
             setattr(cfg, k, v)
     return AutoModelForCausalLM.from_pretrained(model_dir, config=cfg, dtype=torch.float32).eval()
+
+
+def loop(llm, model_dir: str, out: str) -> None:
+    """The recipe's loop twice from the checkpoint (it pushes the checkpoint into the engine first):
+    without the check, then with it every step; are the parameters and losses bit-identical?"""
+    import torch
+
+    import rl_loop_recipe as recipe
+
+    off = recipe.train(llm, model_dir, steps=3, check_every=0)
+    on = recipe.train(llm, model_dir, steps=3, check_every=1, out=out)
+    start = recipe.train(llm, model_dir, steps=0)["params"]
+    facts = {"losses_off": off["losses"], "losses_on": on["losses"], "verdicts": on["verdicts"],
+             "params_equal": sorted(n for n in off["params"] if torch.equal(off["params"][n], on["params"][n])),
+             "params_moved": sorted(n for n in off["params"] if not torch.equal(off["params"][n], start[n])),
+             "num_params": len(off["params"])}
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "facts.json"), "w", encoding="utf-8") as f:
+        json.dump(facts, f, indent=1)
 
 
 def main(out: str, model_dir: str, dtype: str) -> int:
@@ -115,6 +139,7 @@ def main(out: str, model_dir: str, dtype: str) -> int:
         run("stale_layer", trainer)
         push_weights(llm, trainer)
         run("pushed", trainer)
+        loop(llm, model_dir, os.path.join(out, "loop"))
     with open(os.path.join(out, "facts.json"), "w", encoding="utf-8") as f:
         json.dump(facts, f, indent=1)
     return 0

@@ -1,7 +1,7 @@
 """``ts_core.rl.check`` on a real vLLM engine (CPU build, in-process) and a real HF trainer built from
 the same checkpoint: the clean pair passes within the noise band; each planted fault is named,
 at its layer or parameter, with its cause. Two engines (float32, bfloat16), each built once in
-its own process by rl_worker.py; the assertions read the reports it wrote."""
+its own process by rl_worker.py (conftest.rl_runs); the assertions read the reports it wrote."""
 from __future__ import annotations
 
 import csv
@@ -11,24 +11,19 @@ import numpy as np
 import pytest
 
 from ..conftest import require
-from .conftest import ROOT, read_json, run_isolated
+from .conftest import read_json
 
 pytestmark = [require("vllm"), require("transformers"), require("tokenizers")]
-WORKER = os.path.join(ROOT, "tests", "rl", "rl_worker.py")
 
 
 @pytest.fixture(scope="module")
-def fp32(tiny_llama, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("rl_fp32"))
-    run_isolated([WORKER, out, tiny_llama, "float32"], timeout=500)
-    return out, read_json(out, "facts.json")
+def fp32(rl_runs):
+    return rl_runs["float32"], read_json(rl_runs["float32"], "facts.json")
 
 
 @pytest.fixture(scope="module")
-def bf16(tiny_llama, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("rl_bf16"))
-    run_isolated([WORKER, out, tiny_llama, "bfloat16"], timeout=500)
-    return out
+def bf16(rl_runs):
+    return rl_runs["bfloat16"]
 
 
 def report(out: str, scenario: str) -> dict:

@@ -7,15 +7,14 @@ import os
 import pytest
 
 from ..conftest import require
-from .conftest import ROOT, read_json, run_isolated
+from .conftest import read_json
 
 pytestmark = [require("vllm"), require("transformers"), require("tokenizers")]
 
 
 @pytest.fixture(scope="module")
-def loop(tiny_llama, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("rl_loop"))
-    run_isolated([os.path.join(ROOT, "tests", "rl", "rl_loop_worker.py"), out, tiny_llama], timeout=500)
+def loop(rl_runs):
+    out = os.path.join(rl_runs["float32"], "loop")          # run by rl_worker.py on its float32 engine
     return out, read_json(out, "facts.json")
 
 

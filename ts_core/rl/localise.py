@@ -10,6 +10,8 @@ core (``PrecisionDebugger``, task tensor, level L0). The pairing is the mapping 
 generic call-by-call engine has nothing to pair them with; decoder-layer granularity (each
 sub-module's output flattened to ``[tokens, H]``) is where the two implementations agree on
 meaning. A chunked prefill gives several records of one module: their rows are concatenated.
+The generic engine still runs on the two dumps (:func:`generic_compare`); its result and report
+are kept beside the stage table, which is what the verdict uses.
 """
 from __future__ import annotations
 
@@ -137,4 +139,20 @@ def localise(model: Any, llm: Any, sequence: Sequence[int], stages: List[Stage],
     dump_engine(llm, sequence, edir, cache_salt=f"tsprobe-rl-replay-{uuid.uuid4().hex}")
     table = compare_stages(tdir, edir, stages, band)
     return {"sequence_len": len(sequence), "trainer_dump": tdir, "engine_dump": edir, "stages": table,
-            "first": first_divergence(table)}
+            "first": first_divergence(table), "generic": generic_compare(tdir, edir, os.path.join(workdir, "compare"))}
+
+
+def generic_compare(trainer_dump: str, engine_dump: str, out: str) -> Dict[str, Any]:
+    """The same two dumps through tsprobe's call-by-call engine (``tsprobe compare``), for the record:
+    it pairs what the two implementations share (o_proj, down_proj, norms...) with dtype tolerances
+    and no noise band, and reports vLLM's fused calls as unpaired. Its report.html is kept in `out`."""
+    from ts_core.compare.api import compare
+
+    try:
+        res = compare(trainer_dump, engine_dump, out, verbose=False, progress=False)
+    except Exception as exc:          # informative only: the stage table above is the answer
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    fd = res.first_divergence
+    rows = res.rows
+    return {"report": res.report_path, "rows": len(rows),
+            "first": None if fd is None else {"key": fd.key, "target_key": fd.target_key, "cause": fd.cause}}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import html
-import json
 import math
 import os
 from typing import Any, Dict, List
@@ -64,7 +63,7 @@ def _csv(path: str, rows: List[Dict[str, Any]], fields: List[str]) -> None:
 def _bars(values: List[float], band: List[float], labels: List[str], title: str, log: bool,
           hot: List[bool]) -> str:
     """A bar chart as inline SVG; the band as a line (one per bar when it varies)."""
-    W, H, L, B = 1200, 260, 60, 60
+    W, H, L, B = 1200, 270, 110, 70
     n = max(len(values), 1)
     bw = (W - L - 10) / n
     finite = [v for v in values + band if v is not None and v > 0 and math.isfinite(v)]
@@ -163,11 +162,13 @@ def html_page(report: Dict[str, Any]) -> str:
                          "relative L2 difference per stage, engine vs trainer (log scale)", True,
                          [bool(r.get("above")) for r in st]))
         out.append(_table(st, ["stage", "op", "engine_module", "rel", "band", "above"]))
+        gen = loc.get("generic") or {}
+        if gen.get("first"):
+            out.append(f"<p>tsprobe's call-by-call engine on the same two dumps (dtype tolerances, no band; vLLM's "
+                       f"fused calls unpaired): first divergence <code>{html.escape(gen['first']['key'])}</code> — "
+                       f"{html.escape(gen['first']['cause'])} (<a href='{html.escape(gen.get('report') or '')}'>its "
+                       f"report</a>).</p>")
     if report.get("config_diff"):
         out.append("<h2>Config differences</h2>" + _table(report["config_diff"], ["key", "trainer", "engine"]))
     out.append("</body></html>")
     return "\n".join(out)
-
-
-def dumps(report: Dict[str, Any]) -> str:
-    return json.dumps(report, indent=1, default=str)
