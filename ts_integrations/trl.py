@@ -16,7 +16,9 @@ for ``processed_logprobs``). With another engine of your own (``llm=``), the che
 that only the check uses). Neither changes the training's numbers: the check runs forwards under
 ``no_grad`` and sampling requests of its own (seeded, under their own prefix-cache salt).
 
-Nothing here imports trl or vllm at module import time.
+On vLLM's CPU build, create the trainer inside ``ts_integrations.vllm_rl.live_weights()`` (TRL
+builds its colocated ``LLM`` in ``GRPOTrainer.__init__``), or TRL's own weight sync fails on the
+packed layers. Nothing here imports trl or vllm at module import time.
 """
 from __future__ import annotations
 

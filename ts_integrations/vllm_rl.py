@@ -13,8 +13,10 @@
 Why :func:`live_weights`: vLLM's CPU build packs every linear layer's weight into its GEMM
 kernel (oneDNN / sgl) once, at load time, and replaces the parameter by an empty tensor
 (``dispatch_cpu_unquantized_gemm(remove_weight=True)``; ``lm_head`` keeps its parameter but
-computes with the packed copy). A weight pushed later with ``load_weights`` then never reaches
-the compute -- a silent "weights not synced" -- and cannot be read back for the sync check.
+computes with the packed copy). A later ``load_weights`` then fails half-way (AttributeError: the
+stand-in parameters have no ``weight_loader``; what came before the first packed layer is already
+loaded), a push of ``lm_head`` alone is silently ignored, and the weights cannot be read back for
+the sync check (tests/rl: ``test_vllm_cpu_packed_weights_...``).
 Inside ``live_weights()`` the layers take vLLM's own unpacked path (``torch.nn.functional.linear``
 on the live parameter, the path vLLM keeps for MLA's ``kv_b_proj``), as on GPU. It patches the
 two ``process_weights_after_loading`` methods of this process only while the block runs: an

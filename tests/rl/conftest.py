@@ -27,11 +27,12 @@ def read_json(*parts: str) -> dict:
 
 @pytest.fixture(scope="session")
 def rl_runs(tiny_llama, tmp_path_factory) -> dict:
-    """rl_worker.py's two engines (float32 with the planted faults and the recipe's loop; bfloat16),
-    each in its own process, both at once (each engine start is mostly one core's work)."""
-    outs = {d: str(tmp_path_factory.mktemp(f"rl_{d}")) for d in ("float32", "bfloat16")}
+    """rl_worker.py's three engines (float32 with the planted faults and the recipe's loop; bfloat16;
+    float32 with vLLM's packed CPU weights), each in its own process, all at once (an engine start
+    is mostly one core's work)."""
+    outs = {d: str(tmp_path_factory.mktemp(f"rl_{d}")) for d in ("float32", "bfloat16", "packed")}
     worker = os.path.join(ROOT, "tests", "rl", "rl_worker.py")
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(len(outs)) as pool:
         futures = [pool.submit(run_isolated, [worker, out, tiny_llama, d], 600) for d, out in outs.items()]
         for f in futures:
             f.result()           # re-raises a worker's failure (pytest.fail) here

@@ -1,6 +1,6 @@
 """Run in its own process by test_rl_check.py (vLLM edits its caller's environment):
 
-    python tests/rl/rl_worker.py OUT_DIR MODEL_DIR float32|bfloat16
+    python tests/rl/rl_worker.py OUT_DIR MODEL_DIR float32|bfloat16|packed
 
 One in-process engine (built inside ``live_weights()``), a trainer on the same checkpoint, and
 the planted faults, each checked with ``ts_core.rl.check`` into ``OUT_DIR/<scenario>/``:
@@ -10,6 +10,9 @@ the planted faults, each checked with ``ts_core.rl.check`` into ``OUT_DIR/<scena
   took an optimizer step, nothing pushed), ``stale_layer`` (pushed, all but layer 1),
   ``pushed`` (everything pushed);
 - bfloat16 engine: ``bf16`` (a float32 trainer against it).
+
+``packed``: a float32 engine built *without* ``live_weights()`` (vLLM's CPU default): what the
+weight check says, and whether a pushed weight reaches the engine's compute.
 
 The float32 process then runs recipes/rl_loop_recipe.py's loop on the same engine, without and
 with the check every step (``OUT_DIR/loop/``: facts.json, step{N}/report.html).
@@ -61,6 +64,43 @@ def trainer_with(model_dir: str, **config_changes):
     return AutoModelForCausalLM.from_pretrained(model_dir, config=cfg, dtype=torch.float32).eval()
 
 
+def packed(out: str, model_dir: str) -> int:
+    """vLLM's CPU default packs linear weights at load: the check says so; a push changes nothing."""
+    import torch
+    from vllm import LLM, SamplingParams
+
+    from ts_core.rl import check
+    from ts_integrations.vllm_rl import push_weights
+
+    llm = LLM(model=model_dir, enforce_eager=True, dtype="float32", max_model_len=128,
+              kv_cache_memory_bytes=32 * 2**20, seed=0)
+    trainer = trainer_with(model_dir)
+    seq = list(range(3, 15))
+
+    def prompt_logprobs():
+        res = llm.generate([{"prompt_token_ids": seq}], SamplingParams(max_tokens=1, prompt_logprobs=0),
+                           use_tqdm=False)[0]
+        return [res.prompt_logprobs[p][t].logprob for p, t in enumerate(seq) if p > 0]
+
+    before = prompt_logprobs()
+    rep = check(trainer, llm, PROMPTS, max_tokens=4, out=os.path.join(out, "packed"), localise=False)
+    with torch.no_grad():
+        for p in trainer.parameters():
+            p.mul_(-1.0)                # a push that must change the engine's output
+    try:
+        push_weights(llm, trainer)
+        push_error = None
+    except Exception as exc:            # the packed layers' stand-in parameters have no weight_loader
+        push_error = type(exc).__name__
+    mid = prompt_logprobs()             # the failed push loaded what came before the first packed layer
+    push_weights(llm, trainer, only=lambda name: name == "lm_head.weight")     # kept, but packed too
+    facts = {"packed": rep["weights"]["packed"], "verdict": rep["verdict"], "kinds": [f["kind"] for f in rep["findings"]],
+             "push_error": push_error, "changed_by_failed_push": mid != before, "unchanged_after_lm_head_push": prompt_logprobs() == mid}
+    with open(os.path.join(out, "facts.json"), "w", encoding="utf-8") as f:
+        json.dump(facts, f, indent=1)
+    return 0
+
+
 def loop(llm, model_dir: str, out: str) -> None:
     """The recipe's loop twice from the checkpoint (it pushes the checkpoint into the engine first):
     without the check, then with it every step; are the parameters and losses bit-identical?"""
@@ -88,6 +128,8 @@ def main(out: str, model_dir: str, dtype: str) -> int:
     from ts_core.rl import check
     from ts_integrations.vllm_rl import live_weights, push_weights
 
+    if dtype == "packed":
+        return packed(out, model_dir)
     with live_weights():
         llm = LLM(model=model_dir, enforce_eager=True, dtype=dtype, max_model_len=128,
                   kv_cache_memory_bytes=32 * 2**20, seed=0)

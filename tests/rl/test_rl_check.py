@@ -134,3 +134,15 @@ def test_report_files_hold_the_table_and_the_charts(fp32):
     with open(os.path.join(d, "report.html"), encoding="utf-8") as f:
         page = f.read()
     assert page.count("<svg") == 2 and "model.layers.1." in page and "FAIL" in page
+
+
+def test_vllm_cpu_packed_weights_are_reported_unreadable_and_refuse_or_ignore_pushes(rl_runs):
+    facts = read_json(rl_runs["packed"], "facts.json")
+    want = {f"model.layers.{i}.{m}.weight" for i in (0, 1)
+            for m in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")}
+    assert set(facts["packed"]) == want
+    assert facts["verdict"]["cause"] == "weights" and "cannot be read back" in facts["verdict"]["message"]
+    # what live_weights() exists for: a full push fails half-way (what came before the first packed layer
+    # is loaded), and lm_head, which keeps its parameter but computes from a packed copy, ignores a push
+    assert facts["push_error"] == "AttributeError" and facts["changed_by_failed_push"] is True
+    assert facts["unchanged_after_lm_head_push"] is True

@@ -100,3 +100,14 @@ def test_the_checks_rng_guard_gives_the_loop_the_numbers_it_would_have_drawn():
     guard.restore()
     got = (torch.rand(4), np.random.rand(2), random.random())
     assert torch.equal(got[0], want[0]) and np.array_equal(got[1], want[1]) and got[2] == want[2]
+
+
+def test_rl_check_command_says_what_to_change_on_bad_input(tmp_path, capsys):
+    from ts_core.cli import main
+
+    assert main(["rl-check", "--model", str(tmp_path / "nowhere"), "--prompt", "hi"]) == 2
+    assert "--model" in capsys.readouterr().err
+    assert main(["rl-check", "--model", str(tmp_path)]) == 2
+    assert "--prompt TEXT" in capsys.readouterr().err
+    assert main(["rl-check", "--model", str(tmp_path), "--prompt", "hi", "--max-tokens", "0"]) == 2
+    assert "--max-tokens must be >= 1" in capsys.readouterr().err

@@ -98,7 +98,7 @@ def check(model: Any, llm: Any, prompts: Sequence[Prompt], *, tokenizer: Any = N
         rolls = logprobs.rollout(llm, ids, max_tokens=max_tokens, temperature=temperature, seed=seed,
                                  cache_salt=f"tsprobe-rl-check-{uuid.uuid4().hex}")
         logprobs.trainer_logprobs(model, rolls, temperature=temperature, processed=mode == "processed_logprobs")
-        rows = logprobs.token_rows(rolls, tokenizer or etok)
+        rows = logprobs.token_rows(rolls, etok or tokenizer)     # the engine's ids: its tokenizer's text
         mm = logprobs.mismatch(rows, worst=worst)
         wsync = weights.check_weights(model, llm)
         cfg = diagnose.config_diff(getattr(model, "config", None), _engine_config(llm))
@@ -108,12 +108,19 @@ def check(model: Any, llm: Any, prompts: Sequence[Prompt], *, tokenizer: Any = N
         loc = None
         if localise:
             req = mm["worst"][0]["request"] if mm["worst"] else 0
-            workdir = os.path.join(out, "dumps") if out else tempfile.mkdtemp(prefix="tsprobe_rl_")
+            scratch = None if out else tempfile.TemporaryDirectory(prefix="tsprobe_rl_")     # no out: no dumps kept
             try:
-                loc = run_localise(model, llm, rolls[req].sequence, stages, band["stages"], workdir)
+                loc = run_localise(model, llm, rolls[req].sequence, stages, band["stages"],
+                                   os.path.join(out, "dumps") if out else scratch.name)
                 loc["request"] = req
             except RuntimeError as exc:        # a multiprocess engine: its model is not in this process
                 loc = {"skipped": str(exc), "stages": [], "first": None}
+            finally:
+                if scratch is not None:
+                    scratch.cleanup()
+                    if loc is not None:
+                        loc["generic"] = {k: v for k, v in (loc.get("generic") or {}).items() if k != "report"}
+                        loc["trainer_dump"] = loc["engine_dump"] = None
         found = diagnose.findings(tok_diff, wsync, cfg, mm, band["logp"], loc)
         report = {"verdict": diagnose.verdict(found), "findings": found,
                   "logprobs": {"semantics": logprobs.SEMANTICS[mode], "mode": mode, "temperature": temperature,

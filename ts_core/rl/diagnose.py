@@ -69,9 +69,10 @@ def findings(tok: List[Dict[str, Any]], weights: Dict[str, Any], cfg: List[Dict[
     if weights.get("packed"):
         out.append({"kind": "weights", "params": list(weights["packed"]), "unreadable": True,
                     "message": f"{len(weights['packed'])} engine parameters cannot be read back: vLLM's CPU build "
-                               f"packed them into its GEMM kernels at load time and dropped them (weights pushed "
-                               f"later with load_weights never reach its compute either). Build the LLM inside "
-                               f"ts_integrations.vllm_rl.live_weights() to keep them live"})
+                               f"packed them into its GEMM kernels at load time and dropped them (a later load_weights "
+                               f"fails on them half-way, and lm_head computes from its packed copy whatever is "
+                               f"pushed). Build the LLM inside ts_integrations.vllm_rl.live_weights() to keep "
+                               f"them live"})
     tdt, edt = weights.get("trainer_dtype"), weights.get("engine_dtype")
     if tdt and edt and edt not in tdt.split(","):
         out.append({"kind": "precision", "trainer_dtype": tdt, "engine_dtype": edt,

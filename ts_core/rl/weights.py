@@ -102,8 +102,8 @@ def check_weights(model: Any, llm: Any) -> Dict[str, Any]:
     Returns ``{"synced", "checked", "differ": [{"name", "trainer", "engine"}], "trainer_only",
     "engine_unmapped", "packed", "trainer_dtype", "engine_dtype"}`` (``trainer``/``engine``: the
     summaries with ``crc32`` and ``Norm``; ``packed``: engine parameters left empty because vLLM's
-    CPU build packed them into its GEMM kernels at load time -- unreadable, and deaf to later
-    ``load_weights``: see ``ts_integrations.vllm_rl.live_weights``)."""
+    CPU build packed them into its GEMM kernels at load time -- unreadable, and a later
+    ``load_weights`` fails on them: see ``ts_integrations.vllm_rl.live_weights``)."""
     import torch
 
     named = trainer_named(model)
