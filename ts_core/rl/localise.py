@@ -138,7 +138,11 @@ def localise(model: Any, llm: Any, sequence: Sequence[int], stages: List[Stage],
     dump_trainer(model, sequence, tdir)
     dump_engine(llm, sequence, edir, cache_salt=f"tsprobe-rl-replay-{uuid.uuid4().hex}")
     table = compare_stages(tdir, edir, stages, band)
-    return {"sequence_len": len(sequence), "trainer_dump": tdir, "engine_dump": edir, "stages": table,
+    missing = [r["stage"] for r in table if r.get("note") == "not in the engine dump"]
+    note = ("the engine's decoder modules left no records (a compiled model: hooks do not fire inside its "
+            "graph): create the LLM with enforce_eager=True to localise below the logits"
+            if len(missing) > len(table) // 2 else None)
+    return {"sequence_len": len(sequence), "trainer_dump": tdir, "engine_dump": edir, "stages": table, "note": note,
             "first": first_divergence(table), "generic": generic_compare(tdir, edir, os.path.join(workdir, "compare"))}
 
 

@@ -33,6 +33,8 @@ def text(report: Dict[str, Any]) -> str:
         lines.append(f"localisation skipped: {loc['skipped']}")
     elif loc.get("stages"):
         first = loc.get("first")
+        if loc.get("note"):
+            lines.append(f"localisation: {loc['note']}")
         lines.append("first divergence: " + (f"{first['stage']} ({first['points_at']})" if first else
                                              "none: every stage within its band"))
     return "\n".join(lines)
@@ -158,6 +160,8 @@ def html_page(report: Dict[str, Any]) -> str:
         out.append(f"<p>Both forwards dumped on request {loc.get('request')}'s {loc['sequence_len']} tokens (engine: "
                    f"prefill replay). First stage beyond its band: <b>"
                    f"{html.escape(first['stage'] + ' — ' + first['points_at']) if first else 'none'}</b>.</p>")
+        if loc.get("note"):
+            out.append(f"<p><b>Note:</b> {html.escape(loc['note'])}.</p>")
         out.append(_bars([r["rel"] for r in st], [r["band"] for r in st], [r["stage"] for r in st],
                          "relative L2 difference per stage, engine vs trainer (log scale)", True,
                          [bool(r.get("above")) for r in st]))
