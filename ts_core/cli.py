@@ -377,6 +377,16 @@ _COMMANDS: List[Callable] = [_add_compare, _add_summary, _add_recover, _add_unpa
                              _add_config, _add_check_replicas]
 
 
+# rl-check: RL train<->rollout consistency; its parser and logic live in ts_core/rl/cli.py
+def _add_rl_check(sub: argparse._SubParsersAction) -> None:
+    from ts_core.rl.cli import add_parser
+
+    add_parser(sub)
+
+
+_COMMANDS.append(_add_rl_check)
+
+
 def version_text() -> str:
     """``tsprobe --version``: the version, the interpreter, and whether the C kernels are in use
     (a wheel built without a compiler, or ``TSPROBE_NATIVE=0``, runs the pure paths: slower,
