@@ -42,6 +42,7 @@ from .values import Values
 
 HIGH = 0.8              # "asserted": the values show the signature
 LITERAL = 0.9           # a recorded argument of the call differs (eps, approximate, dim): the dump shows it
+ARGUMENT = 0.85         # recorded arguments differ and no check names what they are: the dump shows them
 COUNTED = 0.5           # the most a cause gets that rests on counting calls (not on values)
 WINDOW = 40             # calls before the first divergence searched for a dropped residual
 
@@ -735,7 +736,7 @@ def _check_arguments(ctx: _Ctx) -> List[Hypothesis]:
         out.append(Hypothesis("norm_eps", "a small added constant differs (a normalisation epsilon?)", 0.85,
                               f"{ctx.op} adds {_fmt(g)} in golden and {_fmt(t)} in target ({n}): an epsilon added "
                               f"to a variance or a norm before its square root"))
-    out.append(Hypothesis("argument_differs", "the call's recorded arguments differ", 0.6,
+    out.append(Hypothesis("argument_differs", "the call's recorded arguments differ", ARGUMENT,
                           "; ".join(f"recorded {n}: golden {_fmt(g)}, target {_fmt(t)}" for n, g, t in rest)))
     return out
 
