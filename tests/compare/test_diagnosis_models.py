@@ -342,3 +342,21 @@ def test_a_failing_check_is_reported_in_the_output(tmp_path, monkeypatch):
     assert "broken check failed" in str(r)
     with pytest.raises(AssertionError):
         checked(r)
+
+
+def test_inputs_within_tolerance_are_amplified_not_inherited(tmp_path):
+    """rsqrt of a tiny variance: its inputs differ by 1e-7 (within atol), its outputs far more.
+    The walk says "computed here"; the replay must not contradict it with "inherited"."""
+    from compare_dumpgen import DumpWriter
+
+    var = np.random.default_rng(5).random((6, 1)).astype(np.float32) * 1e-4 + 1e-6
+    dirs = []
+    for side, shift in (("golden", 0.0), ("target", 1e-7)):
+        d = DumpWriter(tmp_path / side, task="tensor")
+        v = (var + np.float32(shift)).astype(np.float32)
+        d.forward("Torch.rsqrt.0.forward", [v], [(1 / np.sqrt(v.astype(np.float64))).astype(np.float32)])
+        dirs.append(d.close())
+    r = compare(dirs[0], dirs[1], None, verbose=False, html=False)
+    assert r.first_divergence is not None and "computed here" in r.first_divergence.cause
+    causes = {h["cause"]: h for h in checked(r)}
+    assert "inherited" not in causes and "amplified" in causes, r.diagnosis

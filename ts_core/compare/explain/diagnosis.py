@@ -506,7 +506,15 @@ def _check_replay(ctx: _Ctx) -> List[Hypothesis]:
     e_tt = rel_err(ref_t, yt) if ref_t is not None else float("inf")
     e_gt = rel_err(ref_g, yt) if ref_g is not None else float("inf")
     e_peer = rel_err(peer_g, yt) if peer_g is not None else float("inf")
-    if inputs_differ and e_gg <= tol and e_tt <= tol:
+    within = inputs_differ and not any(r.failed for r in ctx.cp.rows if r.role != OUTPUT and r.mode == "tensor")
+    if within and e_gg <= tol and e_tt <= tol:
+        # not "inherited": the walk named this call because its inputs agree within tolerance
+        out.append(Hypothesis("amplified", "amplified here: its inputs differ only within tolerance", 0.6,
+                              f"replaying target's {ctx.cp.target.key} on golden's inputs ({', '.join(rp.swapped)}) "
+                              f"gives golden's output (rel err {e_gg:.1e}): the call is right, and it magnifies a "
+                              f"difference of its inputs that is within tolerance (look upstream for where that "
+                              f"difference starts: a changed constant, a lower precision)"))
+    elif inputs_differ and e_gg <= tol and e_tt <= tol:
         out.append(Hypothesis("inherited", "inherited: the error arrives with the inputs", 0.4 if rooted else 0.9,
                               f"replaying target's {ctx.cp.target.key} on golden's inputs ({', '.join(rp.swapped)}) "
                               f"gives golden's output (rel err {e_gg:.1e}); on its own inputs, target's "
