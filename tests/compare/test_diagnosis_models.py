@@ -360,3 +360,42 @@ def test_inputs_within_tolerance_are_amplified_not_inherited(tmp_path):
     assert r.first_divergence is not None and "computed here" in r.first_divergence.cause
     causes = {h["cause"]: h for h in checked(r)}
     assert "inherited" not in causes and "amplified" in causes, r.diagnosis
+
+
+class LNNet(nn.Module):
+    def __init__(self, eps: float):
+        super().__init__()
+        self.fc, self.ln, self.head = nn.Linear(D, D), nn.LayerNorm(D, eps=eps), nn.Linear(D, 4)
+
+    def forward(self, x):
+        return self.head(self.ln(self.fc(x) * 0.1))
+
+
+def test_a_recorded_eps_difference_is_evidence_without_tensors(tmp_path):
+    """Issue 40: eps 1e-05 against 0.01, recorded by the call, was 75% and "needs tensors"."""
+    r = run(tmp_path, lambda side: LNNet(1e-5 if side == "golden" else 0.01), "statistics")
+    hyp = top(r)
+    assert hyp["cause"] == "norm_eps" and hyp["confidence"] >= 0.9 and not hyp["needs_tensors"], r.diagnosis
+    assert "1e-05" in hyp["evidence"] and "0.01" in hyp["evidence"]
+    assert not any(h["cause"] == "inherited" for h in r.diagnosis)     # no "inherited or born here?" line
+
+
+def test_no_framework_is_imported_for_a_replay_that_cannot_run(tmp_path):
+    """A tensor dump whose calls recorded no inputs: the diagnosis must not import torch (seconds)
+    to find that out."""
+    import subprocess
+    import sys
+
+    from compare_dumpgen import DumpWriter
+
+    y = np.random.default_rng(2).standard_normal((64, 8)).astype(np.float32)
+    dirs = []
+    for side, noise in (("golden", 0.0), ("target", 0.05)):
+        d = DumpWriter(tmp_path / side, task="tensor")
+        d.forward("Functional.linear.0.forward", [], [(y + noise).astype(np.float32)])
+        dirs.append(str(d.close()))
+    code = ("import sys; from ts_core.compare import compare; "
+            f"r = compare({dirs[0]!r}, {dirs[1]!r}, None, verbose=False, html=False); "
+            "assert r.first_divergence is not None and r.diagnosis; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
