@@ -12,6 +12,7 @@ from ...dumpfmt import STAT_FIELDS, checksum_kind, is_tensor_summary
 from ...dumpfmt.dtypes import dtype_name
 from ...verdicts import ERROR, PASS, WARNING, worse
 from ..errors import TensorFileError
+from ..predicates import values_equal
 from .masks import encodings_differ, is_bool, same_mask, same_mask_stats
 from ..chunks import gated
 from .metrics import StatMetrics, TensorMetrics, compare_arrays, compare_stats, has_stats, stat_value
@@ -103,20 +104,6 @@ def is_device(leaf: Any) -> bool:
     if leaf.get("type") in ("torch.device", "device"):
         return True
     return isinstance(v, str) and _DEVICE.fullmatch(v) is not None
-
-
-def values_equal(g, t) -> bool:
-    """Equality of non-tensor values as recorded (floats to 1e-6 relative, lists element-wise)."""
-    if isinstance(g, float) or isinstance(t, float):
-        if isinstance(g, bool) or isinstance(t, bool) or not isinstance(g, (int, float)) \
-                or not isinstance(t, (int, float)):
-            return g == t
-        if math.isnan(g) and math.isnan(t):
-            return True
-        return math.isclose(g, t, rel_tol=1e-6, abs_tol=0.0)
-    if isinstance(g, list) and isinstance(t, list):
-        return len(g) == len(t) and all(values_equal(a, b) for a, b in zip(g, t))
-    return g == t
 
 
 # The verdict of one recorded value pair: the rules in order (shape, empty, mask encodings,
