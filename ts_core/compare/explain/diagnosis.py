@@ -275,9 +275,10 @@ def _check_outputs(ctx: _Ctx) -> List[Hypothesis]:
             gs, ts = ctx.values.stats("golden", r.role, r.arg), ctx.values.stats("target", r.role, r.arg)
             c = stats_ratio(gs, ts) if gs and ts else None
             if c is not None:
-                out.append(Hypothesis("constant_scale", "the output is scaled by a constant", 0.7,
+                why = _scale_argument(ctx, c)
+                out.append(Hypothesis("constant_scale", "the output is scaled by a constant", LITERAL if why else 0.7,
                                       f"Max/Min/Mean/Norm of target's {r.arg} are golden's x "
-                                      f"{describe_constant(c, ctx.dims())} (statistics)"))
+                                      f"{describe_constant(c, ctx.dims())} (statistics)" + _sep(why)))
             continue
         if g.size == 1 and float(g.reshape(-1)[0]) != 0:
             c = float(t.reshape(-1)[0]) / float(g.reshape(-1)[0])
@@ -320,6 +321,21 @@ def _check_outputs(ctx: _Ctx) -> List[Hypothesis]:
             if res is not None:
                 out.append(_residual(res, f"{r.arg} of {ctx.fd.key}"))
     return out
+
+
+def _scale_argument(ctx: _Ctx, c: float) -> str:
+    """The call's own recorded argument that explains an output scaled by `c` (statistics): a
+    loss reduction changed (sum against mean), or a scalar factor whose ratio is `c` (a divisor's
+    inverse). Quoted (and so not repeated as a bare argument difference), else ""."""
+    quoted = ctx.quote("reduction", "size_average", "reduce", mark=False)
+    if quoted:
+        return ctx.quote("reduction", "size_average", "reduce") + ": the recorded reduction explains the factor"
+    for n, g, t in ctx.args:
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v for v in (g, t)):
+            ratio = g / t if ctx.short in DIV_OPS else t / g
+            if math.isclose(ratio, c, rel_tol=1e-3):
+                return ctx.quote(n.split("[")[0]) + f": target's factor / golden's = {ratio:.6g}, the ratio of the outputs"
+    return ""
 
 
 def _stats_shift(gs: dict, ts: dict, rtol: float = 1e-3) -> Optional[float]:
@@ -576,7 +592,8 @@ def _check_noise(ctx: _Ctx) -> List[Hypothesis]:
     """float32 on both sides and the difference at its rounding level: likely no bug at all."""
     for r in ctx.out_fail[:1]:
         g, t = ctx.arrays(r)
-        if g is None or t is None or ctx.in_fail or _dtype(r.target_dtype) in _LOW or _dtype(r.golden_dtype) in _LOW:
+        if g is None or t is None or g.shape != t.shape or ctx.in_fail or _dtype(r.target_dtype) in _LOW \
+                or _dtype(r.golden_dtype) in _LOW:
             continue
         ulps = _ulps(g, t, 23)
         if ulps <= 64:

@@ -27,9 +27,10 @@ class Replays:
 
 
 def _inputs_saved(call: Any) -> bool:
-    """Every tensor input of `call` has its tensor file named (and there is at least one)."""
-    leaves = [e.leaf for e in call.entries if e.role == INPUT and is_tensor_summary(e.leaf)]
-    return bool(leaves) and all(leaf.get("data_name") for leaf in leaves)
+    """The call recorded its inputs (``torch.arange(0, 5)`` records only numbers), and every
+    tensor among them has its tensor file named."""
+    inputs = [e.leaf for e in call.entries if e.role == INPUT]
+    return bool(inputs) and all(leaf.get("data_name") for leaf in inputs if is_tensor_summary(leaf))
 
 
 def replay_on_golden(values: Values) -> Optional[Replays]:
