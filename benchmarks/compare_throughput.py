@@ -8,7 +8,14 @@ times) and reports MB/s (golden + target bytes read per second of wall time) and
 own peak RSS, against a baseline of this process reading the folder dumps with numpy only
 (np.load + sum) in the same invocation.
 
+Two kinds of pair: ``agreeing`` (every tensor within tolerance) and ``diverging`` (a third of
+the target's tensors perturbed far beyond tolerance, so the compare names a first divergence
+and diagnoses it, as a compare that finds something does). Each run reports its time per
+stage (load, align, judge, explain, report), measured in the child by timing the pipeline's
+stage functions.
+
     python benchmarks/compare_throughput.py [--gb 1.0] [--tensor-mb 16] [--repeat 2] [--keep DIR]
+        [--pairs agreeing,diverging] [--layouts folder,packed]
 """
 from __future__ import annotations
 
@@ -27,7 +34,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))    # this che
 sys.path.insert(0, ROOT)
 
 
-def build(root: str, n_files: int, elems: int, noise: float, seed: int) -> None:
+def build(root: str, n_files: int, elems: int, noise: float, seed: int, diverge_every: int = 0) -> None:
+    """A dump of `n_files` float32 tensors; every `diverge_every`-th one (0: none) gets noise of
+    1e-2 instead of `noise` (far beyond the float32 tolerance)."""
     rank = os.path.join(root, "step0", "rank")
     data_dir = os.path.join(rank, "dump_tensor_data")
     os.makedirs(data_dir)
@@ -36,8 +45,9 @@ def build(root: str, n_files: int, elems: int, noise: float, seed: int) -> None:
     data = {}
     for i in range(n_files):
         arr = rng.standard_normal(elems, dtype=np.float32)
-        if noise:
-            arr += noise_rng.standard_normal(elems, dtype=np.float32) * noise
+        scale = 1e-2 if diverge_every and i % diverge_every == 0 else noise
+        if scale:
+            arr += noise_rng.standard_normal(elems, dtype=np.float32) * scale
         key = f"Functional.linear.{i}.forward"
         name = f"{key}.output.0.npy"
         np.save(os.path.join(data_dir, name), arr)
@@ -77,24 +87,51 @@ def pack(root: str, packed: str) -> None:
 
 # The child's own peak: VmHWM of its address space (ru_maxrss would carry this parent's peak
 # across the fork and exec); its CPU seconds from rusage.
-_CHILD = ("import resource, sys; from ts_core.cli import main; rc = main(sys.argv[1:]); "
-          "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')); "
-          "u = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]; "
-          "print(hwm, sum(x.ru_utime + x.ru_stime for x in u), file=sys.stderr); sys.exit(rc)")
+# Stage times: the pipeline's stage functions wrapped with timers (load = Dump() reading
+# dump.json, align, judge = every value pair, explain = first divergence + diagnosis, report =
+# the rest of the wall time: writing compare.csv / summary.json, start-up included).
+_CHILD = ("import resource, sys, time, json; from ts_core.compare import pipeline as P; T = {}\n"
+          "def timed(name, f):\n"
+          "    def w(*a, **k):\n"
+          "        t0 = time.perf_counter(); r = f(*a, **k); T[name] = T.get(name, 0) + time.perf_counter() - t0\n"
+          "        return r\n"
+          "    return w\n"
+          "for stage, fn in (('load', 'Dump'), ('align', 'align_calls'), ('judge', 'compare_calls'), "
+          "('explain', 'find_first_divergence'), ('explain', 'diagnose')):\n"
+          "    setattr(P, fn, timed(stage, getattr(P, fn)))\n"
+          "from ts_core.cli import main; rc = main(sys.argv[1:])\n"
+          "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+          "u = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]\n"
+          "print(json.dumps({'rss_kb': hwm, 'cpu': sum(x.ru_utime + x.ru_stime for x in u), 'stages': T, "
+          "'torch': 'torch' in sys.modules}), file=sys.stderr); sys.exit(rc)")
+
+
+def _child_env() -> dict:
+    """This checkout first; compiled bytecode cached outside the tree (as an installed package
+    has it: with PYTHONDONTWRITEBYTECODE every start-up compiled ts_core again, ~1.4 s here)."""
+    env = dict(os.environ, PYTHONPATH=ROOT,
+               PYTHONPYCACHEPREFIX=os.path.join(tempfile.gettempdir(), "tsprobe_bench_pycache"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
 def run_compare(golden: str, target: str, out: str) -> tuple:
-    """(wall seconds, peak RSS MB, CPU seconds) of one `tsprobe compare --workers 1` in a child
+    """(wall seconds, peak RSS MB, CPU seconds, stage seconds, torch imported) of one
+    `tsprobe compare --workers 1` in a child
     process. CPU seconds say what the compare costs when other jobs share the cores: on an idle
     2-core machine the wall time would be about half of them (the kernel runs on both cores)."""
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", _CHILD, "compare", golden, target, "-o", out, "--no-html",
-                           "--workers", "1"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+                           "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, env=_child_env())
     wall = time.perf_counter() - t0
-    rss, cpu = proc.stderr.strip().splitlines()[-1].split()
-    return wall, int(rss) / 1024, float(cpu)
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"compare failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    doc = json.loads(proc.stderr.strip().splitlines()[-1])
+    stages = dict(doc["stages"])
+    stages["report"] = max(0.0, wall - sum(stages.values()))
+    return wall, doc["rss_kb"] / 1024, float(doc["cpu"]), stages, doc["torch"]
 
 
 def numpy_baseline(roots) -> tuple:
@@ -114,32 +151,44 @@ def main() -> None:
     p.add_argument("--tensor-mb", type=float, default=16.0)
     p.add_argument("--repeat", type=int, default=2, help="compares per layout, interleaved")
     p.add_argument("--keep", help="build the dumps here and keep them")
+    p.add_argument("--pairs", default="agreeing,diverging", help="agreeing, diverging or both")
+    p.add_argument("--layouts", default="folder,packed", help="folder, packed or both")
     args = p.parse_args()
+    kinds = [k for k in ("agreeing", "diverging") if k in args.pairs.split(",")]
+    layouts = [(lay, "" if lay == "folder" else "_packed") for lay in ("folder", "packed")
+               if lay in args.layouts.split(",")]
     work = args.keep or tempfile.mkdtemp(prefix="tscmp_")
     elems = int(args.tensor_mb * 2**20 / 4)
     n_files = max(1, int(args.gb * 2**30 / (elems * 4)))
-    golden, target, out = (os.path.join(work, n) for n in ("golden", "target", "out"))
+    golden, out = os.path.join(work, "golden"), os.path.join(work, "out")
+    targets = {"agreeing": os.path.join(work, "target"), "diverging": os.path.join(work, "target_diverging")}
     if not os.path.exists(golden):
-        print(f"building 2 dumps of {n_files} x {args.tensor_mb:g} MB in {work} ...", file=sys.stderr)
+        print(f"building dumps of {n_files} x {args.tensor_mb:g} MB in {work} ...", file=sys.stderr)
         build(golden, n_files, elems, 0.0, 1)
-        build(target, n_files, elems, 1e-6, 2)
-    if not os.path.exists(golden + "_packed"):
-        pack(golden, golden + "_packed")
-        pack(target, target + "_packed")
+    for kind in kinds:
+        if not os.path.exists(targets[kind]):
+            build(targets[kind], n_files, elems, 1e-6, 2, diverge_every=3 if kind == "diverging" else 0)
+    if any(lay == "packed" for lay, _ in layouts):
+        for root in [golden] + [targets[k] for k in kinds]:
+            if not os.path.exists(root + "_packed"):
+                pack(root, root + "_packed")
     total_mb = 2 * n_files * elems * 4 / 2**20
-    base = numpy_baseline([golden, target])
-    runs: dict = {"folder": [], "packed": []}
+    base = numpy_baseline([golden, targets[kinds[0]]])
+    runs: dict = {(k, lay): [] for k in kinds for lay, _ in layouts}
     for _ in range(args.repeat):
-        for layout, suffix in (("folder", ""), ("packed", "_packed")):
-            runs[layout].append(run_compare(golden + suffix, target + suffix, out))
+        for kind in kinds:
+            for layout, suffix in layouts:
+                runs[(kind, layout)].append(run_compare(golden + suffix, targets[kind] + suffix, out))
     print(f"compared {total_mb:.0f} MB ({n_files} tensor pairs of {args.tensor_mb:g} MB), tsprobe compare --workers 1:")
-    for layout, got in runs.items():
-        rates = ", ".join(f"{total_mb / w:.0f}" for w, _, _ in got)
-        best = min(w for w, _, _ in got)
-        cpu = min(c for _, _, c in got)
-        print(f"  {layout:6s} layout: {total_mb / best:.0f} MB/s wall, best (runs: {rates} MB/s); "
+    for (kind, layout), got in runs.items():
+        rates = ", ".join(f"{total_mb / g[0]:.0f}" for g in got)
+        best = min(got, key=lambda g: g[0])
+        cpu = min(g[2] for g in got)
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in best[3].items())
+        print(f"  {kind:9s} {layout:6s} layout: {total_mb / best[0]:.0f} MB/s wall, best (runs: {rates} MB/s); "
               f"{total_mb / cpu:.0f} MB per CPU second ({cpu:.2f} CPU s, start-up included); "
-              f"peak RSS {max(r for _, r, _ in got):.0f} MB")
+              f"peak RSS {max(g[1] for g in got):.0f} MB; seconds per stage (best run): {stages}"
+              + ("; torch imported" if any(g[4] for g in got) else ""))
     print(f"baseline (numpy: mmap load + sum of both folder dumps, this process): {total_mb / base[0]:.0f} MB/s "
           f"wall, {total_mb / base[1]:.0f} MB per CPU second")
     if not args.keep:

@@ -161,23 +161,26 @@ def cause_rows(outcomes) -> List[Dict]:
         rows.append({"kind": kind, "cause": "|".join(EXPECTED_CAUSE[kind]), "cases": len(os_),
                      "top1": sum(1 for o in os_ if o.cause.get("top1")),
                      "top3": sum(1 for o in os_ if o.cause.get("top3")),
-                     "placed": len(placed), "placed_top1": sum(1 for o in placed if o.cause.get("top1"))})
+                     "placed": len(placed), "placed_top1": sum(1 for o in placed if o.cause.get("top1")),
+                     "confidently_wrong": sum(1 for o in os_ if o.cause.get("confidently_wrong"))})
     return rows
 
 
 def cause_table(outcomes) -> str:
     rows = cause_rows(outcomes)
     head = (f"{'bug kind':22s} {'expected cause':18s} {'cases':>5s}  {'top-1':14s} {'top-3':14s} "
-            f"{'top-1 where localised':22s}")
+            f"{'top-1 where localised':22s} confidently wrong")
     lines = [head, "-" * len(head)]
-    tot = [0, 0, 0, 0, 0]
+    tot = [0, 0, 0, 0, 0, 0]
+    keys = ("cases", "top1", "top3", "placed", "placed_top1", "confidently_wrong")
     for r in rows:
-        lines.append(f"{r['kind']:22s} {r['cause']:18s} {r['cases']:5d}  {_frac(r['top1'], r['cases']):14s} "
-                     f"{_frac(r['top3'], r['cases']):14s} {_frac(r['placed_top1'], r['placed']):22s}")
-        for i, k in enumerate(("cases", "top1", "top3", "placed", "placed_top1")):
+        lines.append(f"{r['kind']:22s} {r['cause'][:18]:18s} {r['cases']:5d}  {_frac(r['top1'], r['cases']):14s} "
+                     f"{_frac(r['top3'], r['cases']):14s} {_frac(r['placed_top1'], r['placed']):22s} "
+                     f"{r['confidently_wrong']}")
+        for i, k in enumerate(keys):
             tot[i] += r[k]
     lines.append(f"{'all of the above':22s} {'':18s} {tot[0]:5d}  {_frac(tot[1], tot[0]):14s} "
-                 f"{_frac(tot[2], tot[0]):14s} {_frac(tot[4], tot[3]):22s}")
+                 f"{_frac(tot[2], tot[0]):14s} {_frac(tot[4], tot[3]):22s} {tot[5]}")
     clean = [o for o in outcomes if o.case.clean]
     high = [o for o in clean if o.cause.get("high_confidence")]
     lines.append(f"clean pairs given a cause with confidence >= 0.8: {_frac(len(high), len(clean))}"

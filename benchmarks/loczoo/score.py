@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional
 
 from ts_core.dumpfmt import parse_key
 
-from .spec import EXPECTED_CAUSE, HIGH_CONFIDENCE, Case, Place, op_matches
+from .spec import EXPECTED_CAUSE, HIGH_CONFIDENCE, OUTSIDE, Case, Place, op_matches
 
 ROOT = "net"
 
@@ -110,6 +110,8 @@ def score(case: Case, fd: Any, verdict: str, golden_parents: Optional[Dict[str, 
         return {"named": None, "verdict": verdict, "module_ok": False if records_modules else None,
                 "op_ok": False if records_ops else None, "ok": False, "false_alarm": False}
     module_ok = any(m in place.modules for m in named["modules"])
+    if OUTSIDE in place.modules and not named["modules"] and not named["module_record"] and named["calls"]:
+        module_ok = True        # a call of the training loop, outside every module, as expected
     op_ok = any(op_matches(c["op"], place.ops) and c["module"] in place.modules for c in named["calls"])
     if place.param and named["module_record"] and module_ok:
         op_ok = True            # "the weight of X differs", at X
@@ -132,4 +134,7 @@ def score_cause(case: Case, diagnosis: List[Dict[str, Any]]) -> Dict[str, Any]:
     want = EXPECTED_CAUSE.get(case.variant)
     return {"named": causes[:3], "expected": list(want) if want else None, "high_confidence": bool(high),
             "top1": (bool(causes) and causes[0] in want) if want else None,
-            "top3": any(c in want for c in causes[:3]) if want else None}
+            "top3": any(c in want for c in causes[:3]) if want else None,
+            # the first cause asserted (>= 0.8) and not the expected one
+            "confidently_wrong": bool(want) and bool(named) and named[0]["confidence"] >= HIGH_CONFIDENCE
+            and named[0]["cause"] not in want}

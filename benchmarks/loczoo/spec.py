@@ -40,6 +40,13 @@ BUG_KINDS: Dict[str, str] = {
     "silu_approx": "hard SiLU (hardswish) where SiLU was meant",
     "perturbed_input": "one model input element changed (a data pipeline difference)",
     "nondeterministic": "a random op (dropout) not seeded alike: golden differs from its own rerun",
+    "wrong_mask": "an attention mask that lets each token see the next one",
+    "kv_offset": "positions offset as if a KV cache of one token were there",
+    "rope_theta": "a rotary embedding with another base (rope_theta 500000 instead of 10000)",
+    "label_smoothing": "a cross-entropy with label smoothing where golden has none",
+    "untied_weights": "an LM head that keeps its own copy of the token embedding (weight tying broken)",
+    "loss_scale": "gradients unscaled by another factor than the loss was scaled with (fp16 loss scale)",
+    "clip_value": "gradients clipped by value where golden clips their total norm",
 }
 # The cause the diagnosis (compare/explain/diagnosis.py) should name first for a bug kind; kinds
 # not listed have no cause hypothesis of their own (their diagnosis is reported, not scored).
@@ -59,6 +66,11 @@ EXPECTED_CAUSE: Dict[str, Tuple[str, ...]] = {
     "bf16_op": ("precision",),
     "perturbed_input": ("input_differs",),
     "nondeterministic": ("nondeterminism",),
+    "wrong_mask": ("argument_differs",),
+    "kv_offset": ("extra_call", "argument_differs"),    # the queries get a position table of their own
+    "rope_theta": ("input_differs", "parameter_differs"),
+    "label_smoothing": ("argument_differs",),
+    "loss_scale": ("constant_scale",),
 }
 HIGH_CONFIDENCE = 0.8      # a clean pair must get no cause at or above this
 
@@ -147,6 +159,9 @@ def op_matches(name: str, ops: Tuple[str, ...]) -> bool:
     return any(fnmatchcase(name, pattern) for pattern in expand_ops(ops))
 
 
+OUTSIDE = None      # a module "path" for calls made outside the model (the training loop's own ops)
+
+
 @dataclass(frozen=True)
 class Place:
     """Where a bug lives. ``modules``: acceptable module paths, relative to the family's model
@@ -164,7 +179,7 @@ class Place:
 
 def P(modules, ops=(), **kw) -> Place:
     """Short constructor: P("attn.q", "linear") or P(("attn", "attn.o"), ("mul", "softmax"))."""
-    mods = (modules,) if isinstance(modules, str) else tuple(modules)
+    mods = (modules,) if isinstance(modules, str) or modules is OUTSIDE else tuple(modules)
     ops_t = (ops,) if isinstance(ops, str) else tuple(ops)
     return Place(mods, ops_t, **kw)
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .spec import P, Place, WeightEdit
+from .spec import OUTSIDE, P, Place, WeightEdit
 
 B, T, D, HEADS = 2, 5, 16, 2
 HD = D // HEADS
@@ -638,6 +638,77 @@ class LossNet(nn.Module):
         return total
 
 
+# ------------------------------------------------------------------------------- Tiny LM
+VOCAB = 32
+ROPE_THETA = 10000.0
+
+
+class TinyLM(nn.Module):
+    """A decoder LM as small checkpoints ship it: token embedding tied to the LM head, one
+    pre-LN block with rotary attention (cos/sin made from an inv_freq buffer and positions that
+    start at the KV cache's length), a causal mask, and a label-smoothed cross-entropy (the
+    family's loss is its output)."""
+
+    def __init__(self, v: str):
+        super().__init__()
+        self.v = v
+        self.wte = nn.Embedding(VOCAB, D)
+        self.ln, self.ln_f = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.qkv, self.o = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.lm_head = nn.Linear(D, VOCAB, bias=False)
+        if v != "untied_weights":             # the bug: the head keeps a copy of its own
+            self.lm_head.weight = self.wte.weight
+        theta = 500000.0 if v == "rope_theta" else ROPE_THETA
+        self.register_buffer("inv_freq", 1.0 / (theta ** (torch.arange(0, HD, 2).float() / HD)), persistent=False)
+
+    def rotate(self, x, cos, sin):
+        x1, x2 = x[..., :HD // 2], x[..., HD // 2:]
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    def forward(self, ids, labels):
+        v = self.v
+        b, t = ids.shape
+        x = self.wte(ids)
+        heads = lambda z: z.view(b, t, HEADS, HD).transpose(1, 2)   # noqa: E731
+        q, k, val = (heads(z) for z in self.qkv(self.ln(x)).split(D, dim=-1))
+        # kv_offset: the queries' positions start after a cache of one token the keys do not hold
+        # (shifting both would cancel: rotary scores depend on the distance only)
+        past = 1 if v == "kv_offset" else 0
+        tables = []
+        for start in dict.fromkeys((past, 0)):
+            freqs = torch.outer(torch.arange(start, start + t).float(), self.inv_freq)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            tables.append((emb.cos(), emb.sin()))
+        q, k = self.rotate(q, *tables[0]), self.rotate(k, *tables[-1])
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HD))
+        future = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=2 if v == "wrong_mask" else 1)
+        att = att.masked_fill(future, -1e9)             # wrong_mask: each token also sees the next one
+        y = (F.softmax(att, dim=-1) @ val).transpose(1, 2).reshape(b, t, D)
+        x = x + self.o(noop(y, v))
+        logits = self.lm_head(self.ln_f(x))
+        smoothing = 0.1 if v == "label_smoothing" else 0.0
+        return F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1), label_smoothing=smoothing)
+
+
+LOSS_SCALE = 1024.0
+
+
+def tiny_lm_backward(model: nn.Module, v: str, loss: torch.Tensor) -> None:
+    """The training loop's own work between the loss and the optimizer: an fp16-style static
+    loss scale (scaled backward, gradients unscaled) and gradient clipping by norm. Bugs:
+    loss_scale unscales by another scale than it scaled with; clip_value clips each gradient
+    element by value where golden clips the gradients' total norm."""
+    (loss * LOSS_SCALE).backward()
+    unscale = 1.0 / (LOSS_SCALE * (2 if v == "loss_scale" else 1))
+    params = [p for p in model.parameters() if p.grad is not None]
+    for p in params:
+        p.grad.mul_(unscale)
+    if v == "clip_value":
+        torch.nn.utils.clip_grad_value_(params, 0.01)
+    else:
+        torch.nn.utils.clip_grad_norm_(params, 0.05)
+
+
 # ----------------------------------------------------------------------- transformers models
 def _hf_bert(v: str):
     from transformers import BertConfig, BertModel
@@ -707,6 +778,7 @@ class Family:
     ms_variants: Tuple[str, ...] = ()          # variants that have a MindSpore port ("clean_port" = faithful)
     ms_places: Dict[str, Place] = field(default_factory=dict)   # where the port's bug differs from torch's
     description: str = ""
+    backward: Optional[Callable[[nn.Module, str, torch.Tensor], None]] = None   # loss -> gradients (default .backward())
 
     def variants(self):
         return list(self.cases)
@@ -937,3 +1009,17 @@ for _kind in LOSSES:
         loss="output", ms_variants=("clean_port", "clean_port_cells"),
         description=f"linear head and the {_kind} loss function with each reduction (torch's one call, "
                     f"MindSpore's primitives)"))
+
+_family(Family(
+    "tiny_lm", TinyLM, lambda: (_ids(25, VOCAB), _ids(26, VOCAB)),
+    cases={"wrong_mask": P("", "mask"),
+           "kv_offset": P("", "rotary"),
+           "rope_theta": P("", ("rotary",)),
+           "label_smoothing": P("", "loss"),
+           "untied_weights": P(("", "wte", "lm_head"), ("embedding", LIN), param=True),
+           "loss_scale": P(OUTSIDE, "mul"),
+           "clip_value": P(OUTSIDE, ("clamp", "Torch._foreach_clamp*", "Tensor.clamp_*", "Torch.clamp_*")),
+           **CLEAN("same", "noop")},
+    loss="output", backward=tiny_lm_backward,
+    description="decoder LM: tied embedding/head, rotary attention, causal mask, label-smoothed loss; a loss "
+                "scale and gradient clipping in the training step"))

@@ -20,7 +20,7 @@ if BENCH not in sys.path:
 
 from loczoo.arrays import edit_array, effect  # noqa: E402
 from loczoo.score import locate, score  # noqa: E402
-from loczoo.spec import BUG_KINDS, CLEAN_KINDS, Case, P, op_matches  # noqa: E402
+from loczoo.spec import BUG_KINDS, CLEAN_KINDS, OUTSIDE, Case, P, op_matches  # noqa: E402
 
 
 # ------------------------------------------------------------------------------ scoring
@@ -60,6 +60,27 @@ def test_mix_op_in_the_right_module_is_right_and_in_the_wrong_module_is_not():
 def test_mix_optimizer_op_without_module_is_a_miss():
     s = score(_case("mix", P("mlp.fc", ("mul", "linear"))), _fd("Tensor.mul_.4.forward"), "error")
     assert not s["ok"] and s["module_ok"] is False and s["op_ok"] is False
+
+
+def test_a_training_loop_bug_is_right_at_a_call_outside_every_module():
+    loop = P(OUTSIDE, "mul")
+    s = score(_case("mix", loop), _fd("Tensor.mul_.0.forward"), "error")
+    assert s["ok"] and s["module_ok"] and s["op_ok"]
+    inside = score(_case("mix", loop), _fd("Tensor.mul_.0.forward", module="Module.net.fc.Linear.forward.0"), "error")
+    assert not inside["ok"]
+    assert not score(_case("L0", loop), _fd("Module.net.fc.Linear.forward.0"), "error")["ok"]
+
+
+def test_confidently_wrong_is_a_first_cause_asserted_and_not_expected():
+    from loczoo.score import score_cause
+
+    case = Case("torch-torch", "fam", "wrong_eps", "mix", P("ln", "layer_norm"))
+    wrong = score_cause(case, [{"cause": "constant_scale", "confidence": 0.9}, {"cause": "norm_eps", "confidence": 0.8}])
+    assert wrong["confidently_wrong"] and not wrong["top1"] and wrong["top3"]
+    unsure = score_cause(case, [{"cause": "constant_scale", "confidence": 0.7}])
+    assert not unsure["confidently_wrong"]
+    right = score_cause(case, [{"cause": "norm_eps", "confidence": 0.95}])
+    assert right["top1"] and not right["confidently_wrong"]
 
 
 def test_mix_parameter_bug_accepts_the_module_record():
@@ -179,7 +200,7 @@ def test_every_expected_module_exists_in_its_model():
             assert variant in BUG_KINDS
             assert place.ops, (name, variant)
             for module in place.modules:
-                assert module in paths, f"{name}/{variant}: no module {module!r}"
+                assert module is OUTSIDE or module in paths, f"{name}/{variant}: no module {module!r}"
             if variant in fam.edits:
                 assert fam.edits[variant].param in fam.make("clean_same").state_dict()
         assert set(fam.ms_variants) <= set(fam.cases) | {"clean_port", "clean_port_cells"}, name

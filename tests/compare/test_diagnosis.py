@@ -316,13 +316,24 @@ def test_statistics_dump_names_a_differing_parameter_and_what_needs_tensors(tmp_
     assert any(h["needs_tensors"] for h in r.diagnosis)
 
 
-def test_statistics_dump_scale_is_supported_without_asserting(tmp_path):
+def test_statistics_dump_scale_is_asserted_only_where_a_recorded_factor_explains_it(tmp_path):
+    """Statistics scaled by one factor support a scale; the call's own recorded factor whose
+    ratio is that factor shows it (issue 40: a literal argument is evidence in itself)."""
     x = _f32(RNG.standard_normal((2, 2, 5, 5)))
 
     def build(d, side):
         s = 0.35355339 if side == "golden" else 0.125
         d.forward("Tensor.__mul__.0.forward", [x, s], [_f32(x * np.float32(s))])
-    r = _run(tmp_path, build, task="statistics")
+    r = _run(tmp_path / "arg", build, task="statistics")
+    top = _top(r)
+    assert top["cause"] == "constant_scale" and top["confidence"] >= 0.8
+    assert "recorded input.1: golden 0.3536, target 0.125" in top["evidence"]
+    assert not any(h["cause"] == "argument_differs" for h in r.diagnosis)     # explained, not repeated
+
+    def unexplained(d, side):
+        y = np.maximum(x, 0) * (1.0 if side == "golden" else 0.125 / 0.35355339)
+        d.forward("Functional.relu.0.forward", [x], [_f32(y)])
+    r = _run(tmp_path / "none", unexplained, task="statistics")
     hyp = {h["cause"]: h for h in r.diagnosis}
     assert "constant_scale" in hyp and hyp["constant_scale"]["confidence"] < 0.8
 

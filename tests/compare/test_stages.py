@@ -16,7 +16,7 @@ PKG = "ts_core.compare"
 # stage -> the stages (and top-level compare modules) it must never import
 FORBIDDEN = {
     "load": ("align", "judge", "explain", "report", "pipeline", "api", "executor"),
-    "align": ("explain", "report", "pipeline", "api", "executor"),
+    "align": ("judge", "explain", "report", "pipeline", "api", "executor"),
     "judge": ("explain", "report", "pipeline", "api", "executor", "model"),
     "explain": ("report", "pipeline", "api", "executor"),
 }

@@ -28,6 +28,29 @@ dstack __getitem__ getitem narrow select slice stridedslice flip roll""".split()
 
 STRUCTURAL_OPS = QUERY_OPS | VIEW_OPS | MOVE_OPS | SHAPE_CONST_OPS
 
+# Ops the diagnosis reads by kind (``explain/diagnosis.py``), by the lower-cased op name.
+# Random ops: their output depends on a generator's stream (acc-check's ``random_apis`` list,
+# less the allocators whose output is uninitialised memory rather than random numbers).
+RANDOM_OPS = frozenset("""dropout dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout rand rand_like
+randn randn_like randint randint_like randperm normal normal_ bernoulli bernoulli_ multinomial uniform_ exponential_
+random_ cauchy_ log_normal_ geometric_ rrelu rrelu_ gumbel_softmax poisson native_dropout""".split())
+ADD_OPS = frozenset("add radd iadd add_ __add__ __radd__ __iadd__ biasadd".split())
+SUB_OPS = frozenset("sub rsub isub sub_ __sub__ __rsub__ __isub__".split())
+MUL_OPS = frozenset("mul rmul imul mul_ __mul__ __rmul__ __imul__".split())
+DIV_OPS = frozenset("div truediv rdiv itruediv div_ __truediv__ __rtruediv__ __itruediv__ __div__ realdiv".split())
+CLAMP_OPS = frozenset("clamp clamp_min clamp_ clip maximum".split())
+# Words in an op or module name that mark an activation, and a normalisation (word -> the
+# statistic it normalises by: rms, layer, batch, or "" for one the refit does not know).
+ACTIVATION_WORDS = ("gelu", "silu", "swish", "relu", "sigmoid", "tanh", "elu", "mish", "softplus", "hardswish",
+                    "act")
+NORM_WORDS = (("rms", "rms"), ("layernorm", "layer"), ("layer_norm", "layer"), ("batchnorm", "batch"),
+              ("batch_norm", "batch"), ("groupnorm", ""), ("group_norm", ""), ("instancenorm", ""), ("norm", ""))
+
+
+def is_random(op: str) -> bool:
+    """``Functional.dropout`` / ``Torch.bernoulli`` / ``Tensor.uniform_``: a random op."""
+    return op.rsplit(".", 1)[-1].lower() in RANDOM_OPS or "dropout" in op.lower()
+
 # Ops of another name (another framework's, a fused form) that compute the same kind of thing:
 # alignment scores a pair of one family as related ops.
 _FAMILY = {"biasadd": "add", "realdiv": "div", "truediv": "div", "mm": "matmul", "bmm": "matmul",

@@ -13,7 +13,7 @@ from .align.dataflow import Facts
 from .align.matching import default_normalise
 from .align import msprobe_pairs
 from .align.pairs import CallPair, pair_values
-from .explain.diagnosis import diagnose
+from .explain.diagnosis import CHECK_FAILED, diagnose
 from .explain.divergence import find_first_divergence
 from .judge.verdict import judge_value, one_sided, recorded_stats
 from .load.loader import OUTPUT, PARAMETER, Dump, DumpUnit, Entry
@@ -182,5 +182,6 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
                 "divergence may lie inside that region"
     warnings = notes + [f"{side} dump is marked incomplete (the run stopped early): {d.path}"
                 for side, d in (("golden", gd), ("target", td)) if d.incomplete]
+    warnings += [f"diagnosis: {h['title']}: {h['evidence']}" for h in diagnosis if h["cause"] == CHECK_FAILED]
     return PairResult(step, rank, str(golden.json_path), str(target.json_path), rows, fd, note, counts, modes,
                       warnings, programs=programs, diagnosis=diagnosis)

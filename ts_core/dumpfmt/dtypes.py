@@ -12,6 +12,7 @@ ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bf16": "
 EXACT_PREFIXES = ("int", "uint", "bool")          # integers and bool: no rounding
 LOWEST_PRECISION_PREFIXES = ("float8", "hifloat8", "float4")
 _PRECISION = {"float64": 4, "complex128": 4, "float32": 3, "complex64": 3, "float16": 2, "bfloat16": 2}
+MANTISSA_BITS = {"bfloat16": 7, "float16": 10, "float32": 23, "float64": 52}   # explicit fraction bits
 
 
 def dtype_name(dtype: object) -> str:
@@ -35,3 +36,8 @@ def precision(dtype: object) -> Optional[int]:
     if name.startswith(LOWEST_PRECISION_PREFIXES):
         return 1
     return _PRECISION.get(name)
+
+
+def mantissa_bits(dtype: object) -> Optional[int]:
+    """Fraction bits of a floating dtype (bfloat16 7, float16 10, float32 23); None otherwise."""
+    return MANTISSA_BITS.get(dtype_name(dtype))

@@ -64,6 +64,12 @@ def _same(key: str) -> str:
     return key
 
 
+def _classless(key: str) -> str:
+    """``Module.fc.Linear.parameters_grad.0`` -> ``Module.fc.parameters_grad.0``."""
+    head, _, rest = key.rpartition(".parameters_grad.")
+    return f"{head.rsplit('.', 1)[0]}.parameters_grad.{rest}" if head else key
+
+
 def _insert_keyed(pairs: List[CallPair], gs: List[Call], ts: List[Call], direction: str,
                   gn: Callable[[str], str] = _same, tn: Callable[[str], str] = _same) -> List[CallPair]:
     """Pair parameters_grad records by key; place each after the call that preceded it."""
@@ -74,13 +80,23 @@ def _insert_keyed(pairs: List[CallPair], gs: List[Call], ts: List[Call], directi
                 where[id(m)] = i
     after: Dict[int, List[CallPair]] = {}
     t_grads = {tn(c.key): c for c in ts if c.kind == "parameters_grad"}
+    g_keys = {gn(c.key) for c in gs if c.kind == "parameters_grad"}
+    # a module class renamed on one side (Linear -> MatLinear, same computation): its gradients
+    # pair by module path, as its forward records pair, when the exact key has no partner
+    loose: Dict[str, str] = {}
+    for k in t_grads:
+        if k not in g_keys:
+            loose[_classless(k)] = k if _classless(k) not in loose else ""
     for side_calls, is_golden in ((gs, True), (ts, False)):
         prev = -1
         for c in side_calls:
             if c.kind != "parameters_grad":
                 prev = where[id(c)] if id(c) in where else where[id(members(c)[0])]
             elif is_golden:
-                after.setdefault(prev, []).append(CallPair(c, t_grads.pop(gn(c.key), None), direction))
+                partner = t_grads.pop(gn(c.key), None)
+                if partner is None and loose.get(_classless(gn(c.key))):
+                    partner = t_grads.pop(loose[_classless(gn(c.key))], None)
+                after.setdefault(prev, []).append(CallPair(c, partner, direction))
             elif tn(c.key) in t_grads:
                 after.setdefault(prev, []).append(CallPair(None, c, direction))
     merged = list(after.get(-1, []))

@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...dumpfmt import INPUT, OUTPUT, PARAMETER, STAT_FIELDS, Entry, is_tensor_summary, parse_key
 from ...dumpfmt.dtypes import precision
+from ..predicates import numel
 from ..ops import CAST_OPS, MOVE_OPS, QUERY_OPS, SHAPE_CONST_OPS, STRUCTURAL_OPS, VIEW_OPS
 
 LOSSLESS_RTOL = 1e-6        # statistics this close: the same values (computed by different kernels)
@@ -38,16 +39,6 @@ def fingerprint(leaf) -> Optional[tuple]:
         return None
     shape = get("shape")
     return (str(get("dtype")), tuple(shape) if isinstance(shape, list) else shape) + stats
-
-
-def numel(leaf) -> Optional[int]:
-    shape = leaf.get("shape") if isinstance(leaf, dict) else None
-    if not isinstance(shape, (list, tuple)):
-        return None
-    try:
-        return math.prod(shape) if all(type(s) is int for s in shape) else None
-    except TypeError:
-        return None
 
 
 def _stat(leaf, k) -> Optional[float]:

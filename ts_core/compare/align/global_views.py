@@ -252,7 +252,7 @@ def _odd_ranks(leaves: Dict[str, Optional[dict]]) -> List[str]:
 def attribute(result, layout: Layout) -> List[str]:
     """Per step, the first divergence and, where its value is a rank's own on a side, the rank
     of that side whose copy parts from the others."""
-    from ..judge.verdict import ERROR
+    from ...verdicts import ERROR
 
     cache: Dict[str, Any] = {}
     lines = []

@@ -474,7 +474,7 @@ def tensor_named(pairs: list, fd: Any, view_side: int, rows: list) -> Optional[s
 def attribute(result, view_side: int = 1) -> List[str]:
     """Lines naming, per step, the first divergence and the rank it belongs to: a rank whose
     first failing value is its own (not merged across ranks) and that comes first."""
-    from ..judge.verdict import ERROR
+    from ...verdicts import ERROR
 
     lines = []
     steps: Dict[Any, list] = {}

@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from ...dumpfmt import FORWARD, INPUT, OUTPUT, PARAMETER, Entry, is_tensor_summary
 from ...dumpfmt.dtypes import precision
-from ..judge.masks import is_bool
+from ..predicates import is_bool
 from ..load.loader import Call
 from ..model import Row
 from .dataflow import fingerprint, numel, stats_distance

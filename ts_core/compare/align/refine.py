@@ -28,7 +28,7 @@ from ...dumpfmt import BACKWARD, FORWARD, INPUT, OUTPUT, forward_key
 from ...dumpfmt.dtypes import precision
 from .dataflow import (COMPUTE, LOSSLESS, LOSSY_CAST, QUERY, CallInfo, Facts, Flow, fingerprint, never_pair, numel,
                        roots, stats_distance, tensors)
-from ..judge.verdict import values_equal
+from ..predicates import values_equal
 from ..load.loader import Call
 from ..ops import MOVE_OPS, op_family
 from .matching import align, default_normalise

@@ -29,7 +29,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...dumpfmt import is_tensor_summary, parse_key
+from ...dumpfmt.dtypes import MANTISSA_BITS, dtype_name
+from ..judge.verdict import differs
 from ..load.loader import INPUT, OUTPUT, PARAMETER
+from ..ops import (ACTIVATION_WORDS, ADD_OPS, CAST_OPS, CLAMP_OPS, DIV_OPS, MUL_OPS, NORM_WORDS, SUB_OPS,
+                   is_random)
 from .argnames import arg_label, op_short
 from .patterns import (border_only, constant_ratio, difference_is, element_changes, permutation, rel_err,
                        stats_ratio)
@@ -37,6 +41,9 @@ from .refit import FIT, eps_range, fit_activation, fit_norm, reduction_axes, red
 from .values import Values
 
 HIGH = 0.8              # "asserted": the values show the signature
+LITERAL = 0.9           # a recorded argument of the call differs (eps, approximate, dim): the dump shows it
+ARGUMENT = 0.85         # recorded arguments differ and no check names what they are: the dump shows them
+COUNTED = 0.5           # the most a cause gets that rests on counting calls (not on values)
 WINDOW = 40             # calls before the first divergence searched for a dropped residual
 
 
@@ -57,12 +64,8 @@ class Hypothesis:
 
 
 # ------------------------------------------------------------------------------ helpers
-_LOW = {"bfloat16": 7, "float16": 10}          # mantissa bits
-
-
-def _dtype(name: Optional[str]) -> str:
-    s = str(name or "").lower().rsplit(".", 1)[-1]
-    return {"bf16": "bfloat16", "half": "float16", "float": "float32"}.get(s, s)
+_LOW = {name: bits for name, bits in MANTISSA_BITS.items() if bits < MANTISSA_BITS["float32"]}
+_dtype = dtype_name
 
 
 def _ulps(g: np.ndarray, t: np.ndarray, bits: int) -> float:
@@ -79,14 +82,6 @@ def _ulps_of_scale(g: np.ndarray, t: np.ndarray, bits: int) -> float:
     if top == 0:
         return 0.0
     return float(np.abs(t - g).max()) / 2.0 ** (math.floor(math.log2(top)) - bits)
-
-
-def _differs(r: Any) -> bool:
-    """A value that is not identical on both sides, even within tolerance (the first divergence
-    may be where precision was lost, its own output still within tolerance)."""
-    if r.max_abs_err is not None:
-        return r.max_abs_err > 0
-    return any(v for v in (r.max_diff, r.min_diff, r.mean_diff, r.norm_diff) if v)
 
 
 def _fmt(v: Any) -> str:
@@ -119,7 +114,7 @@ class _Ctx:
         self.tensors = values.has_tensors()
         self.failing = [r for r in cp.rows if r.failed]
         self.out_fail = [r for r in self.failing if r.role == OUTPUT and r.mode != "value"] or \
-            [r for r in cp.rows if r.role == OUTPUT and r.mode in ("tensor", "statistics") and _differs(r)]
+            [r for r in cp.rows if r.role == OUTPUT and r.mode in ("tensor", "statistics") and differs(r)]
         self.in_fail = [r for r in self.failing if r.role != OUTPUT and r.mode != "value"]
         self.args = [(arg_label(self.op, r.arg), r.golden_value, r.target_value)
                      for r in cp.rows if r.mode == "value"]
@@ -202,9 +197,13 @@ def _check_inputs(ctx: _Ctx) -> List[Hypothesis]:
                                       f"changed before {ctx.fd.key}"))
                 continue
             if rooted:
-                change = element_changes(g, t) or "values differ"
+                shift = _constant_offset(g, t)
+                change = (f"every element is shifted by a constant {shift:+.6g}" if shift is not None
+                          else element_changes(g, t) or "values differ")
                 cause = "parameter_differs" if is_param else "input_differs"
-                out.append(Hypothesis(cause, f"{'parameter' if is_param else 'input'} {r.arg} differs", 0.85,
+                title = f"{'parameter' if is_param else 'input'} {r.arg} " + \
+                    (f"shifted by a constant {shift:+.4g}" if shift is not None else "differs")
+                out.append(Hypothesis(cause, title, 0.85,
                                       f"{what} differs and no earlier call made it: {change}; first consumed by "
                                       f"{ctx.fd.key}" + (f" at {ctx.fd.source}" if ctx.fd.source else "")))
         elif rooted:                 # statistics: which one differs is known, how is not
@@ -214,9 +213,13 @@ def _check_inputs(ctx: _Ctx) -> List[Hypothesis]:
             stats = "; ".join(f"{k} {gs.get(k):.6g} vs {ts.get(k):.6g}" for k in ("Max", "Min", "Mean", "Norm")
                               if gs and ts and isinstance(gs.get(k), (int, float)) and isinstance(ts.get(k), (int, float))
                               and gs.get(k) != ts.get(k))
-            out.append(Hypothesis(cause, f"{'parameter' if is_param else 'input'} {r.arg} differs", 0.8,
+            shift = _stats_shift(gs, ts) if gs and ts and c is None else None
+            out.append(Hypothesis(cause, f"{'parameter' if is_param else 'input'} {r.arg} "
+                                  + (f"shifted by a constant {shift:+.4g}" if shift is not None else "differs"), 0.8,
                                   f"{what}: statistics differ ({stats or r.reason})"
                                   + (f", all by the factor {describe_constant(c)}" if c else "")
+                                  + (f"; Max, Min and Mean all moved by {shift:+.6g}: shifted by a constant"
+                                     if shift is not None else "")
                                   + f"; no earlier call made it; first consumed by {ctx.fd.key}"))
             out.append(Hypothesis("transposed_weight" if is_param else "input_differs", "which elements differ "
                                   "(one element, a row, a permutation)", 0.1,
@@ -272,9 +275,10 @@ def _check_outputs(ctx: _Ctx) -> List[Hypothesis]:
             gs, ts = ctx.values.stats("golden", r.role, r.arg), ctx.values.stats("target", r.role, r.arg)
             c = stats_ratio(gs, ts) if gs and ts else None
             if c is not None:
-                out.append(Hypothesis("constant_scale", "the output is scaled by a constant", 0.7,
+                why = _scale_argument(ctx, c)
+                out.append(Hypothesis("constant_scale", "the output is scaled by a constant", LITERAL if why else 0.7,
                                       f"Max/Min/Mean/Norm of target's {r.arg} are golden's x "
-                                      f"{describe_constant(c, ctx.dims())} (statistics)"))
+                                      f"{describe_constant(c, ctx.dims())} (statistics)" + _sep(why)))
             continue
         if g.size == 1 and float(g.reshape(-1)[0]) != 0:
             c = float(t.reshape(-1)[0]) / float(g.reshape(-1)[0])
@@ -294,7 +298,7 @@ def _check_outputs(ctx: _Ctx) -> List[Hypothesis]:
             continue
         offset = _constant_offset(g, t) if not ctx.in_fail else None
         if offset is not None:
-            if ctx.short in ("add", "radd", "iadd", "sub", "rsub", "isub") and 0 < abs(offset) < 0.1:
+            if ctx.short in ADD_OPS | SUB_OPS and 0 < abs(offset) < 0.1:
                 out.append(Hypothesis("norm_eps", "a small added constant differs (a normalisation epsilon?)", 0.8,
                                       f"target's {r.arg} = golden's {offset:+.6g} on every element, from the same "
                                       f"inputs: {ctx.op} adds another constant (an epsilon added to a variance before "
@@ -319,6 +323,34 @@ def _check_outputs(ctx: _Ctx) -> List[Hypothesis]:
     return out
 
 
+def _scale_argument(ctx: _Ctx, c: float) -> str:
+    """The call's own recorded argument that explains an output scaled by `c` (statistics): a
+    loss reduction changed (sum against mean), or a scalar factor whose ratio is `c` (a divisor's
+    inverse). Quoted (and so not repeated as a bare argument difference), else ""."""
+    quoted = ctx.quote("reduction", "size_average", "reduce", mark=False)
+    if quoted:
+        return ctx.quote("reduction", "size_average", "reduce") + ": the recorded reduction explains the factor"
+    for n, g, t in ctx.args:
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v for v in (g, t)):
+            ratio = g / t if ctx.short in DIV_OPS else t / g
+            if math.isclose(ratio, c, rel_tol=1e-3):
+                return ctx.quote(n.split("[")[0]) + f": target's factor / golden's = {ratio:.6g}, the ratio of the outputs"
+    return ""
+
+
+def _stats_shift(gs: dict, ts: dict, rtol: float = 1e-3) -> Optional[float]:
+    """target = golden + d for one constant d, read from statistics: Max, Min and Mean all
+    move by d (a ratio would scale them instead)."""
+    try:
+        d = [float(ts[k]) - float(gs[k]) for k in ("Max", "Min", "Mean")]
+        scale = max(abs(float(gs[k])) for k in ("Max", "Min"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not all(math.isfinite(x) for x in d) or d[2] == 0 or abs(d[2]) < 1e-6 * scale:
+        return None
+    return d[2] if all(abs(x - d[2]) <= rtol * abs(d[2]) + 1e-7 * scale for x in d) else None
+
+
 def _constant_offset(g: np.ndarray, t: np.ndarray) -> Optional[float]:
     """target - golden, when it is one nonzero constant over every element (of at least two)."""
     if g.shape != t.shape or g.size < 2:
@@ -336,23 +368,23 @@ def _sep(s: str) -> str:
 
 
 def _awaiting_tensors(cause: str, title: str, quoted: str, check: str) -> Hypothesis:
-    """A cause the values could confirm but were not saved: likely when a recorded argument
-    already differs (``quoted``), else only possible."""
-    return Hypothesis(cause, title, 0.75 if quoted else 0.3,
-                      (quoted + "; " if quoted else "") + f"{check} needs the tensor files (task: tensor)",
-                      needs_tensors=True)
+    """A cause the values could confirm but were not saved. A recorded argument that differs
+    (``quoted``: eps 1e-05 against 0.01) is evidence in itself, recorded by the call; without
+    one the cause is only possible."""
+    if quoted:
+        return Hypothesis(cause, title, LITERAL, f"{quoted}: the call's own recorded argument differs, and its "
+                          f"output differs with it")
+    return Hypothesis(cause, title, 0.3, f"{check} needs the tensor files (task: tensor)", needs_tensors=True)
 
 
-_ACT_WORDS = ("gelu", "silu", "swish", "relu", "sigmoid", "tanh", "elu", "mish", "softplus", "hardswish", "act")
-_NORM_KINDS = (("rms", "rms"), ("layernorm", "layer"), ("layer_norm", "layer"), ("batchnorm", "batch"),
-               ("batch_norm", "batch"), ("groupnorm", ""), ("group_norm", ""), ("instancenorm", ""), ("norm", ""))
+_CASTS = (CAST_OPS - {"cpu", "cuda", "npu"}) | {"float16"}      # casts that change a precision
 
 
 def _is_norm(ctx: _Ctx) -> Optional[str]:
     low = ctx.op.lower()
     if "linalg" in low or low.endswith((".norm", ".norm_")) or "normal" in low or "clip_grad" in low:
         return None
-    return next((kind for word, kind in _NORM_KINDS if word in low), None)
+    return next((kind for word, kind in NORM_WORDS if word in low), None)
 
 
 def _norm_params(ctx: _Ctx, n_features: int) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
@@ -405,7 +437,11 @@ def _check_norm(ctx: _Ctx) -> List[Hypothesis]:
 
 
 def _check_activation(ctx: _Ctx) -> List[Hypothesis]:
-    if not any(w in ctx.op.lower() for w in _ACT_WORDS) or _is_norm(ctx):
+    """Fit activation formulas to each side's output. Also a group of calls against one call
+    (GPT-2's gelu_new written out against nn.GELU): either side naming an activation is enough."""
+    names = [parse_key(m.key).name.lower() for c in (ctx.cp.golden, ctx.cp.target) if c is not None
+             for m in (c.members or [c])]
+    if not any(w in n for n in names for w in ACTIVATION_WORDS) or _is_norm(ctx):
         return []
     quoted = ctx.quote("approximate")
     xg, xt = ctx.main_input()
@@ -440,7 +476,10 @@ def _check_reduction(ctx: _Ctx) -> List[Hypothesis]:
             return []
         ev = "; ".join(x for x in (quoted, "the outputs' Mean agrees while Max/Min/Norm differ (the same values "
                                            "summed along another axis keep their mean)" if mean_kept else "") if x)
-        return [Hypothesis("reduction_axis", f"{kind} over another axis", 0.75 if quoted else 0.5,
+        if quoted:
+            return [Hypothesis("reduction_axis", f"{kind} over another axis", LITERAL,
+                               ev + ": the call's own recorded argument differs")]
+        return [Hypothesis("reduction_axis", f"{kind} over another axis", 0.5,
                            ev + "; refitting the axis needs the tensor files", needs_tensors=True)]
     ag = reduction_axes(xg, yg, kind)
     at = reduction_axes(xt if xt is not None else xg, yt, kind)
@@ -454,9 +493,7 @@ def _check_reduction(ctx: _Ctx) -> List[Hypothesis]:
 def _check_replay(ctx: _Ctx) -> List[Hypothesis]:
     """Inherited vs born here, and precision, by replaying the target's call."""
     if not ctx.tensors:
-        return [Hypothesis("inherited", "inherited from upstream, or born here?", 0.1,
-                           "replaying the target's call on golden's inputs needs the tensor files (task: tensor)",
-                           needs_tensors=True)]
+        return []           # nothing to replay on: a statistics dump says nothing either way
     from .replaycheck import replay_on_golden
 
     rp = replay_on_golden(ctx.values)
@@ -485,7 +522,15 @@ def _check_replay(ctx: _Ctx) -> List[Hypothesis]:
     e_tt = rel_err(ref_t, yt) if ref_t is not None else float("inf")
     e_gt = rel_err(ref_g, yt) if ref_g is not None else float("inf")
     e_peer = rel_err(peer_g, yt) if peer_g is not None else float("inf")
-    if inputs_differ and e_gg <= tol and e_tt <= tol:
+    within = inputs_differ and not any(r.failed for r in ctx.cp.rows if r.role != OUTPUT and r.mode == "tensor")
+    if within and e_gg <= tol and e_tt <= tol:
+        # not "inherited": the walk named this call because its inputs agree within tolerance
+        out.append(Hypothesis("amplified", "amplified here: its inputs differ only within tolerance", 0.6,
+                              f"replaying target's {ctx.cp.target.key} on golden's inputs ({', '.join(rp.swapped)}) "
+                              f"gives golden's output (rel err {e_gg:.1e}): the call is right, and it magnifies a "
+                              f"difference of its inputs that is within tolerance (look upstream for where that "
+                              f"difference starts: a changed constant, a lower precision)"))
+    elif inputs_differ and e_gg <= tol and e_tt <= tol:
         out.append(Hypothesis("inherited", "inherited: the error arrives with the inputs", 0.4 if rooted else 0.9,
                               f"replaying target's {ctx.cp.target.key} on golden's inputs ({', '.join(rp.swapped)}) "
                               f"gives golden's output (rel err {e_gg:.1e}); on its own inputs, target's "
@@ -547,7 +592,8 @@ def _check_noise(ctx: _Ctx) -> List[Hypothesis]:
     """float32 on both sides and the difference at its rounding level: likely no bug at all."""
     for r in ctx.out_fail[:1]:
         g, t = ctx.arrays(r)
-        if g is None or t is None or ctx.in_fail or _dtype(r.target_dtype) in _LOW or _dtype(r.golden_dtype) in _LOW:
+        if g is None or t is None or g.shape != t.shape or ctx.in_fail or _dtype(r.target_dtype) in _LOW \
+                or _dtype(r.golden_dtype) in _LOW:
             continue
         ulps = _ulps(g, t, 23)
         if ulps <= 64:
@@ -624,8 +670,7 @@ def _residual_adds(call: Any) -> int:
     (a bias add has a 1-D operand)."""
     n = 0
     for m in ((call.members or [call]) if call is not None else []):
-        name = parse_key(m.key).name.lower()
-        if "add" not in name.rsplit(".", 1)[-1]:
+        if op_short(parse_key(m.key).name).lower() not in ADD_OPS:
             continue
         shapes = [tuple(e.leaf.get("shape") or ()) for e in m.entries if e.role == INPUT and is_tensor_summary(e.leaf)]
         n += len(shapes) >= 2 and shapes[0] == shapes[1]
@@ -640,13 +685,46 @@ def _check_group(ctx: _Ctx) -> List[Hypothesis]:
         return []
     ng, nt = _residual_adds(cp.golden), _residual_adds(cp.target)
     if ng > nt:
-        return [Hypothesis("dropped_residual", "a residual (skip) addition is missing in target", 0.8,
+        return [Hypothesis("dropped_residual", "a residual (skip) addition is missing in target?", COUNTED,
                            f"golden's calls {cp.golden.key} add two tensors of one shape {ng} time(s), target's "
-                           f"{cp.target.key} {nt}: target leaves a residual out")]
+                           f"{cp.target.key} {nt} (a count of calls: a formula written out adds too)")]
     if nt > ng:
-        return [Hypothesis("dropped_residual", "target adds a value golden does not (an extra residual)", 0.7,
+        return [Hypothesis("dropped_residual", "target adds a value golden does not (an extra residual)?", COUNTED,
                            f"target's calls {cp.target.key} add two tensors of one shape {nt} time(s), golden's {ng}")]
     return []
+
+
+def _check_random(ctx: _Ctx) -> List[Hypothesis]:
+    """A random op (dropout, bernoulli, rand*, normal_ ...) whose inputs and arguments agree and
+    whose output differs: the two runs drew from different generators or streams (another
+    device: CPU and CUDA draw different numbers from one seed; another seed; another order of
+    draws). With tensors, dropout's signature is checked: where both sides keep an element it
+    is the same value, only which elements are zeroed differs."""
+    cp = ctx.cp
+    calls = [c for c in (cp.golden, cp.target) if c is not None]
+    op = next((parse_key(m.key).name for c in calls for m in (c.members or [c]) if is_random(parse_key(m.key).name)),
+              None)
+    if op is None or cp.golden is None or cp.target is None or ctx.in_fail or not ctx.out_fail:
+        return []
+    title = "a random op fed by different generators/streams"
+    advice = ("; the two runs draw different random numbers (another device: CPU and CUDA draw differently from "
+              "one seed; another seed or order of draws): seed both alike, or compare with it switched off "
+              "(dropout p=0, model.eval())")
+    r = ctx.out_fail[0]
+    g, t = ctx.arrays(r)
+    if g is None or t is None:
+        return [Hypothesis("random_stream", title, HIGH, f"{op} is a random op; its inputs and arguments agree and "
+                           f"its {r.arg} differs (statistics)" + advice)]
+    if "dropout" in op.lower() and g.shape == t.shape:
+        both = (g != 0) & (t != 0)
+        kept_same = bool(both.any()) and np.allclose(g[both], t[both], rtol=1e-5, atol=0)
+        zeros = int(((g == 0) != (t == 0)).sum())
+        if kept_same and zeros:
+            return [Hypothesis("random_stream", title, 0.9,
+                               f"{op}: where both sides keep an element its value is the same, and {zeros} of "
+                               f"{g.size} elements are zeroed on one side only: another random mask" + advice)]
+    return [Hypothesis("random_stream", title, 0.85, f"{op} is a random op; its inputs and arguments agree and "
+                       f"its {r.arg} differs" + advice)]
 
 
 def _check_pad(ctx: _Ctx) -> List[Hypothesis]:
@@ -678,12 +756,12 @@ def _check_arguments(ctx: _Ctx) -> List[Hypothesis]:
         return []
     out = []
     small = [(n, g, t) for n, g, t in rest if all(isinstance(v, float) and 0 < v < 0.1 for v in (g, t))]
-    if small and ctx.short in ("add", "radd", "iadd", "sub", "clamp", "clamp_min", "maximum"):
+    if small and ctx.short in ADD_OPS | SUB_OPS | CLAMP_OPS:
         n, g, t = small[0]
         out.append(Hypothesis("norm_eps", "a small added constant differs (a normalisation epsilon?)", 0.85,
                               f"{ctx.op} adds {_fmt(g)} in golden and {_fmt(t)} in target ({n}): an epsilon added "
                               f"to a variance or a norm before its square root"))
-    out.append(Hypothesis("argument_differs", "the call's recorded arguments differ", 0.6,
+    out.append(Hypothesis("argument_differs", "the call's recorded arguments differ", ARGUMENT,
                           "; ".join(f"recorded {n}: golden {_fmt(g)}, target {_fmt(t)}" for n, g, t in rest)))
     return out
 
@@ -694,27 +772,27 @@ def _check_unmatched(ctx: _Ctx) -> List[Hypothesis]:
         return []
     side = "target" if cp.golden is None else "golden"
     other = "golden" if side == "target" else "target"
-    if ctx.short in ("to", "half", "bfloat16", "float16", "cast", "type", "astype"):
+    if ctx.short in _CASTS:
         return [Hypothesis("precision", "a cast in one side only", 0.8, f"{ctx.op} runs only in {side}: the values "
                            f"after it are held at another precision")]
     tensors = [e for e in ctx.values.entries(side, INPUT) if is_tensor_summary(e.leaf)]
     scalars = [e.leaf.get("value") for e in ctx.values.entries(side, INPUT)
                if isinstance(e.leaf, dict) and isinstance(e.leaf.get("value"), (int, float))
                and not isinstance(e.leaf.get("value"), bool)]
-    if ctx.short in ("add", "radd", "iadd") and len(tensors) >= 2:
+    if ctx.short in ADD_OPS and len(tensors) >= 2:
         if side == "golden":
             return [Hypothesis("dropped_residual", "a residual (skip) addition is missing in target", 0.85,
                                f"golden adds two tensors here ({ctx.op}: {tensors[0].arg} + {tensors[1].arg}); "
                                f"target has no such call: what follows receives one summand only")]
         return [Hypothesis("dropped_residual", "target adds a value golden does not (an extra residual)", 0.7,
                            f"target adds two tensors here ({ctx.op}); golden has no such call")]
-    if ctx.short in ("mul", "rmul", "imul", "div", "truediv", "rdiv", "itruediv") and len(tensors) == 1 and scalars:
+    if ctx.short in MUL_OPS | DIV_OPS and len(tensors) == 1 and scalars:
         c = float(scalars[0])
         c = 1.0 / c if "div" in ctx.short and c else c
         return [Hypothesis("constant_scale", f"a constant scale applied in {side} only", 0.85,
                            f"{side} multiplies by {describe_constant(c, ctx.dims())} here ({ctx.op}); {other} has "
                            f"no such call: a scale factor missing in {other}")]
-    if ctx.short in ("mul", "rmul", "imul", "div", "truediv", "rdiv", "itruediv") and len(tensors) == 2:
+    if ctx.short in MUL_OPS | DIV_OPS and len(tensors) == 2:
         return [Hypothesis("constant_scale", f"a scaling (normalisation) applied in {side} only", 0.7,
                            f"{side} scales {tensors[0].arg} by {tensors[1].arg} here ({ctx.op}, shapes "
                            f"{tensors[0].leaf.get('shape')} and {tensors[1].leaf.get('shape')}); {other} has no such "
@@ -754,7 +832,7 @@ def _check_weight_stats(ctx: _Ctx) -> List[Hypothesis]:
     return out
 
 
-CHECKS = (_check_module_code, _check_unmatched, _check_group, _check_pad, _check_inputs, _check_norm, _check_activation, _check_reduction,
+CHECKS = (_check_module_code, _check_unmatched, _check_group, _check_random, _check_pad, _check_inputs, _check_norm, _check_activation, _check_reduction,
           _check_outputs, _check_weight_stats, _check_replay, _check_precision, _check_noise, _check_arguments)
 
 
@@ -784,10 +862,23 @@ def diagnose(fd: Any, seqs: List[List[Any]], gd: Any, td: Any) -> List[Hypothesi
     for check in CHECKS:
         try:
             found += check(ctx)
-        except Exception as e:         # one odd tensor must not cost the compare its result
-            found.append(Hypothesis("unchecked", f"{check.__name__[7:]} not checked", 0.0,
-                                    f"{type(e).__name__}: {e}"[:200]))
+        except Exception as e:         # reported (pipeline: a warning line), not swallowed
+            found.append(failed_check(check.__name__[7:], e))
     return _capped_by_pairing(cp, rank(found))
+
+
+CHECK_FAILED = "check_failed"
+
+
+def failed_check(name: str, e: BaseException) -> Hypothesis:
+    """A check that raised: kept in the diagnosis (confidence 0) with where it failed, so the
+    compare keeps its result, the output says so (``pipeline``), and a test sees it."""
+    import traceback
+
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else ""
+    return Hypothesis(CHECK_FAILED, f"the {name} check failed (a tsprobe bug: please report it)", 0.0,
+                      f"{type(e).__name__}: {e}"[:200] + where)
 
 
 PAIRED_BY_FLOW = 0.75       # the most a cause gets when the pair itself was inferred

@@ -29,11 +29,12 @@ from typing import Dict, List, Optional, Tuple
 
 from ...dumpfmt.dtypes import precision
 from ...dumpfmt.stack import user_frame
-from ...verdicts import ERROR, PASS
+from ...verdicts import ERROR
 from ..align.dataflow import LOSSLESS, Facts, Flow, fingerprint, writes_in_place
 from ..align.matching import FORWARD, forward_key
 from ..align.pairs import CallPair, in_time_order, members
 from ..load.loader import INPUT, OUTPUT, PARAMETER, Dump, Entry, is_tensor_summary
+from ..judge.verdict import REORDERED, SPLIT_INPUT, SPLIT_OUTPUT, differs, extra_call_verdict, settle
 from ..model import FirstDivergence, Row
 from ..ops import MOVE_OPS
 
@@ -44,15 +45,6 @@ def _lowered(r: Row) -> bool:
     """The two sides hold this value in floating types of different precision."""
     pg, pt = precision(r.golden_dtype), precision(r.target_dtype)
     return pg is not None and pt is not None and pg != pt
-
-
-def _differs(r: Row) -> bool:
-    """The two sides' values are not identical (even when within tolerance)."""
-    if r.max_abs_err is not None:
-        return r.max_abs_err > 0
-    if r.md5_equal is not None:
-        return not r.md5_equal
-    return any(v for v in (r.max_diff, r.norm_diff) if v is not None)
 
 
 def _worst(rows: List[Row]) -> Row:
@@ -122,8 +114,9 @@ class _Walk:
         return self._consumers[side].get(root, []) if root is not None else []
 
     # -- the walk ------------------------------------------------------------------------------
-    def settle_artefacts(self) -> None:
-        """Pass rows that differ only in how the two sides split a computation:
+    def settle_artefacts(self) -> List[Tuple[Row, str]]:
+        """Mark rows that differ only in how the two sides split a computation (``judge.verdict.
+        settle`` decides what a mark does to a verdict):
         - outputs of a pair of different ops that every consumer receives agreeing (see
           ``_cleared``; partial gradients of an input used twice);
         - inputs of a call whose outputs agree, fed by a computing call one side runs alone or
@@ -131,6 +124,7 @@ class _Walk:
           ``softmax(x)``, ``(q * s) @ k`` vs ``(q @ k) * s``, ``b + a`` vs ``a + b``;
         - a chain of calls fed in another order whose result agrees again at its end (experts
           summed in reverse order: the partial sums differ, the sum does not)."""
+        marks: List[Tuple[Row, str]] = []
         for cp in self.order:
             if not cp.matched or cp.kind == "parameters_grad":
                 continue
@@ -142,16 +136,15 @@ class _Walk:
                 for p in chain:
                     for r in p.rows:
                         if r.failed and r.mode != "value" and (p is not end or r.role != OUTPUT):
-                            r.verdict = PASS
-                            r.reason = (f"the two sides feed this chain of calls in another order; its intermediate "
-                                        f"values differ but its result agrees again at {end.key}; as paired: {r.reason}")
+                            marks.append((r, settle(r, REORDERED, f"the two sides feed this chain of calls in another "
+                                                    f"order; its intermediate values differ but its result agrees "
+                                                    f"again at {end.key}")))
                 continue
             if out_fail and not cp.exact and not in_fail and self._cleared(cp, out_fail):
                 for r in out_fail:
-                    r.verdict = PASS
-                    r.reason = (f"every consumer receives this value agreeing: the two sides split it differently "
-                                f"(e.g. partial gradients of an input used twice), so it is not compared here; "
-                                f"as paired: {r.reason}")
+                    marks.append((r, settle(r, SPLIT_OUTPUT, "every consumer receives this value agreeing: the "
+                                            "two sides split it differently (e.g. partial gradients of an input used "
+                                            "twice), so it is not compared here")))
             if out_fail or not any(r.role == OUTPUT for r in cp.rows):
                 continue
             for r in in_fail:
@@ -167,9 +160,9 @@ class _Walk:
                 if extra is not None or rewired:
                     why = (f"{extra.key} runs only in {'golden' if extra.golden else 'target'} before it"
                            if extra is not None else f"it comes from {pg.key} in golden and {pt.key} in target")
-                    r.verdict = PASS
-                    r.reason = (f"the two sides split the computation differently here ({why}) and this call's "
-                                f"outputs agree; as paired: {r.reason}")
+                    marks.append((r, settle(r, SPLIT_INPUT, f"the two sides split the computation differently "
+                                                           f"here ({why}) and this call's outputs agree")))
+        return marks
 
     def _reordered_chain(self, cp: CallPair, out_fail: List[Row], in_fail: List[Row]) -> Optional[List[CallPair]]:
         """`cp` and the calls after it that consume its differing outputs, up to the first whose
@@ -295,9 +288,15 @@ class _Walk:
                 p = self.producer(side, cp.entry(name, r.role, r.arg), cp)
                 if p is not None and p is not cp and not p.matched and p.kind == "api" and not p.harmless:
                     return self._extra(p, cp, r)
+        moved = self._moved_from(cp, out_fail)
+        if moved is not None:
+            return moved
         lost = self._precision_lost(cp)
         if lost is not None:
             return lost
+        changed = self._changed_argument(cp, out_fail)
+        if changed is not None:
+            return changed
         return self._build(cp, out_fail, "its inputs and parameters match but its outputs do not: the difference "
                                          "is computed here")
 
@@ -423,23 +422,79 @@ class _Walk:
                            f"precision is lost here: {what} while its inputs have the same precision on both sides; "
                            f"{cp.key} {verb} and shows the difference")
 
+    def _moved_from(self, cp: CallPair, out_fail: List[Row]) -> Optional[FirstDivergence]:
+        """A call that only moves values (split, a slice, a view) cannot compute a difference:
+        when its outputs differ while its one tensor input agrees, that input differs in a way
+        the compared values cannot show (statistics of a tensor whose elements are reordered).
+        Name the call that made it, through other such calls."""
+        p, hops = cp, 0
+        while all(c is not None and self.describe(c).effect == LOSSLESS for c in (p.golden, p.target)) and hops < 8:
+            ins = [r for r in p.rows if r.role == INPUT and r.mode in ("tensor", "statistics", "md5")]
+            if len(ins) != 1:
+                return None
+            src = self.producer(0, p.entry("golden", ins[0].role, ins[0].arg), p)
+            if src is None or not src.matched or src is p:
+                return None
+            p, hops = src, hops + 1
+        if p is cp:
+            return None
+        how = "statistics" if any(r.mode == "statistics" for r in out_fail) else "compared values"
+        cause = (f"{cp.key} only moves values, yet its outputs differ while its input agrees: that input, made "
+                 f"here, differs in a way its {how} cannot show (its elements in another order)")
+        fd = self._build(p, [r for r in p.rows if r.role == OUTPUT] or out_fail, cause)
+        worst = _worst(out_fail)
+        fd.verdict, fd.reason = worst.verdict, f"as seen at {cp.key} ({worst.arg}): {worst.reason}"
+        return fd
+
+    def _changed_argument(self, cp: CallPair, out_fail: List[Row]) -> Optional[FirstDivergence]:
+        """An input of `cp` that agrees within tolerance but not exactly, made upstream by a call
+        whose own recorded argument changed (``var + eps`` with another eps, a scale, a rotary
+        theta): its output moved by less than the tolerance, and `cp` amplifies it (an rsqrt of
+        a small variance). Name that call, followed back through the inputs that differ at all."""
+        seen, frontier = {id(cp)}, [cp]
+        for _ in range(16):
+            nxt = []
+            for p in frontier:
+                for src in self._sources(p):
+                    if id(src) in seen or not src.matched:
+                        continue
+                    seen.add(id(src))
+                    args = [r for r in src.rows if r.mode == "value" and r.failed]
+                    inputs_same = not any(differs(r) for r in src.rows
+                                          if r.role != OUTPUT and r.mode in ("tensor", "statistics", "md5"))
+                    if args and inputs_same:
+                        changed = ", ".join(f"{r.arg} (golden {r.golden_value!r}, target {r.target_value!r})"
+                                            for r in args)
+                        outs = [r for r in src.rows if r.role == OUTPUT and differs(r)]
+                        cause = (f"a changed argument: {changed}; its output differs only within tolerance, and "
+                                 f"{cp.key} downstream amplifies that difference past tolerance")
+                        fd = self._build(src, args + outs, cause)
+                        worst = _worst(out_fail)
+                        fd.verdict, fd.reason = worst.verdict, f"{fd.reason}; at {cp.key} ({worst.arg}): {worst.reason}"
+                        return fd
+                    nxt.append(src)
+            if not nxt:
+                return None
+            frontier = nxt
+        return None
+
     def _sources(self, p: CallPair) -> List[CallPair]:
         """The pairs that made the inputs of `p` that differ at all (or in precision) and, for a
         module whose own inputs do not, its recorded submodules and calls (it made it inside)."""
         out = []
         outside = False
         for r in p.rows:
-            if r.role == OUTPUT or r.mode not in ("tensor", "statistics", "md5") or not (_lowered(r) or _differs(r)):
+            if r.role == OUTPUT or r.mode not in ("tensor", "statistics", "md5") or not (_lowered(r) or differs(r)):
                 continue
             src = self.producer(0, p.entry("golden", r.role, r.arg), p) or \
                 self.producer(1, p.entry("target", r.role, r.arg), p)
             if src is not None:
                 out.append(src)
                 outside = True
-            elif _differs(r):
+            elif differs(r):
                 self._unmade = True
         if p.kind == "module" and not outside and p.golden is not None:
-            out += [c for c in self._children().get(p.golden.key, []) if any(_differs(r) for r in c.rows)]
+            out += [c for c in self._children().get(p.golden.key, []) if any(differs(r) for r in c.rows)]
         return out
 
     def _children(self) -> Dict[str, List[CallPair]]:
@@ -482,8 +537,7 @@ class _Walk:
         cause = (f"{call.key} runs only in {side} and changes what {consumer.key} receives: "
                  f"{row.arg} differs from there on")
         fd = self._build(src, outs, cause)
-        fd.verdict = ERROR
-        fd.reason = f"call present only in {side}; its output feeds {consumer.key} ({row.arg}), which differs"
+        fd.verdict, fd.reason = extra_call_verdict(side, consumer.key, row.arg)
         return fd
 
     def _gradient(self, grad: CallPair, consumer: CallPair, row: Row) -> FirstDivergence:

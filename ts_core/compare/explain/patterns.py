@@ -11,8 +11,16 @@ import numpy as np
 RTOL, ATOL = 1e-5, 1e-7          # "the same number" for values copied or recomputed in float32
 
 
+def magnitude(*arrays: np.ndarray) -> float:
+    """The largest finite |value| of the arrays (0 when none): a scale for tolerances that a
+    masked -inf score must not make infinite."""
+    return max((float(np.abs(a[np.isfinite(a)]).max(initial=0)) for a in arrays), default=0.0)
+
+
 def close(a: np.ndarray, b: np.ndarray, rtol: float = RTOL, atol: float = ATOL) -> bool:
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol * max(1.0, float(np.abs(b).max(initial=0)))))
+    """The same numbers (an exact copy or a float32 recomputation); infinities only where both
+    hold the same one."""
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol * max(1.0, magnitude(b))))
 
 
 def rel_err(a: np.ndarray, b: np.ndarray) -> float:
@@ -45,10 +53,59 @@ def permutation(g: np.ndarray, t: np.ndarray) -> Optional[str]:
         for p in permutations(range(k)):
             if p != tuple(range(k)) and close(t, np.concatenate([blocks[i] for i in p], axis=0)):
                 return f"golden's with its {k} blocks along axis 0 reordered {p}"
+    blocks = block_permutation(g, t)
+    if blocks is not None:
+        return blocks
     flat_g, flat_t = g.reshape(-1), t.reshape(-1)
     if g.ndim == 2 and close(flat_t.reshape(g.shape[::-1]).T.reshape(-1), flat_g):
         return "golden's read in the other memory order (a reshape where a transpose was meant)"
     return None
+
+
+MAX_BLOCKS = 1024       # block counts tried for a reordering of axis 0 (heads x q/k/v of a large model)
+
+
+def block_permutation(g: np.ndarray, t: np.ndarray) -> Optional[str]:
+    """`t` is `g` with equal blocks of axis 0 reordered, for the fewest blocks that show it: a
+    fused q/k/v weight interleaved per head (Megatron's [q0 k0 v0 q1 k1 v1 ...] against
+    [q0 q1 ... k0 k1 ... v0 v1 ...]), gates in another order. Blocks are matched by their bytes
+    (a reordering copies them exactly), so every block count costs one pass."""
+    n = g.shape[0] if g.ndim else 0
+    if g.shape != t.shape or n < 2:
+        return None
+    gc, tc = np.ascontiguousarray(g), np.ascontiguousarray(t)
+    for k in range(2, min(n, MAX_BLOCKS) + 1):
+        if n % k:
+            continue
+        size = n // k
+        where: Dict[bytes, List[int]] = {}
+        for i in range(k):
+            where.setdefault(gc[i * size:(i + 1) * size].tobytes(), []).append(i)
+        order = []
+        for j in range(k):
+            src = where.get(tc[j * size:(j + 1) * size].tobytes())
+            if not src:
+                break
+            order.append(src.pop(0))
+        if len(order) < k or order == sorted(order):
+            continue
+        return f"golden's with its {k} blocks of {size} along axis 0 reordered" + _grid(order)
+    return None
+
+
+def _grid(order: List[int]) -> str:
+    """An order of blocks in words: read as the transpose of an a x b grid (interleaved per head:
+    [q0 k0 v0 q1 k1 v1] against [q0 q1 k0 k1 v0 v1]) when it is one, else the order itself."""
+    k = len(order)
+    for a in range(2, k):
+        if k % a:
+            continue
+        b = k // a
+        if order == [j * a + i for i in range(a) for j in range(b)]:
+            return (f": read as a {b} x {a} grid in the other order (blocks interleaved per group, e.g. q/k/v "
+                    f"per head, Megatron's layout, against grouped)")
+    shown = ", ".join(map(str, order[:16])) + (", ..." if k > 16 else "")
+    return f" ({shown})"
 
 
 def constant_ratio(g: np.ndarray, t: np.ndarray, rtol: float = 1e-4) -> Optional[Tuple[float, float, int]]:
@@ -124,11 +181,17 @@ def difference_is(g: np.ndarray, t: np.ndarray, candidates: List[Tuple[str, np.n
     residual. Returns (candidate name, "golden - target" | "target - golden")."""
     if g.shape != t.shape or close(t, g):
         return None
-    d = g - t
+    finite = np.isfinite(g) & np.isfinite(t)
+    if not np.array_equal(g[~finite], t[~finite]):
+        return None                  # NaN, or infinities in different places: no difference to read
+    d = g[finite] - t[finite]        # masked (-inf) scores are equal on both sides: left out
     for name, c in candidates:
-        if c.shape != g.shape or not np.abs(c).max(initial=0):
+        if c.shape != g.shape:
             continue
-        scale = max(float(np.abs(c).max()), float(np.abs(g).max()))
+        c = c[finite]
+        if not np.isfinite(c).all() or not np.abs(c).max(initial=0):
+            continue
+        scale = max(magnitude(c), magnitude(g))
         if np.allclose(d, c, rtol=1e-4, atol=1e-5 * scale):
             return name, "golden - target"
         if np.allclose(-d, c, rtol=1e-4, atol=1e-5 * scale):

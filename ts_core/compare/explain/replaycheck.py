@@ -13,7 +13,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
-from ..load.loader import INPUT
+from ..load.loader import INPUT, is_tensor_summary
 from .values import Values
 
 
@@ -26,6 +26,13 @@ class Replays:
     swapped: List[str]      # the tensor arguments that took golden's value
 
 
+def _inputs_saved(call: Any) -> bool:
+    """The call recorded its inputs (``torch.arange(0, 5)`` records only numbers), and every
+    tensor among them has its tensor file named."""
+    inputs = [e.leaf for e in call.entries if e.role == INPUT]
+    return bool(inputs) and all(leaf.get("data_name") for leaf in inputs if is_tensor_summary(leaf))
+
+
 def replay_on_golden(values: Values) -> Optional[Replays]:
     """None when the call cannot be replayed (a module, a group, a statistics dump, no framework)."""
     cp, td = values.cp, values.dumps["target"]
@@ -33,8 +40,8 @@ def replay_on_golden(values: Values) -> Optional[Replays]:
     if call is None or cp.golden is None or call.kind != "api" or call.members or "+" in call.key:
         return None
     rec = td.data.get(call.key)
-    if not isinstance(rec, dict):
-        return None
+    if not isinstance(rec, dict) or not _inputs_saved(call) or not _inputs_saved(cp.golden):
+        return None         # checked before importing the framework (seconds) for a replay that cannot run
     try:
         from ...acccheck.check import _replayer
         from ...acccheck.outcome import ReplayError

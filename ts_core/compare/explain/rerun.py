@@ -8,17 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..judge.verdict import differs
 from .diagnosis import Hypothesis
 
 
 def _differs(r: Any) -> bool:
-    if r.mode not in ("tensor", "statistics", "md5", "value"):
-        return False
-    if r.max_abs_err is not None:
-        return r.max_abs_err > 0
-    if r.md5_equal is not None:
-        return not r.md5_equal
-    return r.failed or any(v for v in (r.max_diff, r.min_diff, r.mean_diff, r.norm_diff) if v)
+    """A value the rerun changed: judge's one rule, or a failed row (an argument value)."""
+    return r.mode in ("tensor", "statistics", "md5", "value") and (differs(r) or r.failed)
 
 
 def nondeterminism(side: str, self_result: Any, fd: Any) -> Hypothesis:

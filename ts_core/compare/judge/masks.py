@@ -13,14 +13,10 @@ from typing import Optional
 
 import numpy as np
 
-from ...dumpfmt.dtypes import dtype_name, precision
-from ..align.dataflow import numel
+from ...dumpfmt.dtypes import precision
+from ..predicates import is_bool, numel
 
 MASKED_BELOW = -1e4          # an additive mask's "not attended" entries are at most this
-
-
-def is_bool(leaf: dict) -> bool:
-    return dtype_name(leaf.get("dtype")) == "bool"
 
 
 def encodings_differ(g: dict, t: dict) -> bool:

@@ -4,6 +4,7 @@ and of a whole comparison, each with its reason in words. Tolerances: ``toleranc
 from __future__ import annotations
 
 import math
+import re
 from itertools import permutations
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -11,6 +12,7 @@ from ...dumpfmt import STAT_FIELDS, UNINITIALIZED, checksum_kind, is_tensor_summ
 from ...dumpfmt.dtypes import dtype_name
 from ...verdicts import ERROR, PASS, WARNING, worse
 from ..errors import TensorFileError
+from ..predicates import values_equal
 from .masks import encodings_differ, is_bool, same_mask, same_mask_stats
 from ..chunks import gated
 from .metrics import StatMetrics, TensorMetrics, compare_arrays, compare_stats, has_stats, stat_value
@@ -79,18 +81,29 @@ def stats_verdict(s: StatMetrics, stat_rtol: float, atol: float = 0.0, numel: Op
     return ERROR, f"statistics-based: {detail}"
 
 
-def values_equal(g, t) -> bool:
-    """Equality of non-tensor values as recorded (floats to 1e-6 relative, lists element-wise)."""
-    if isinstance(g, float) or isinstance(t, float):
-        if isinstance(g, bool) or isinstance(t, bool) or not isinstance(g, (int, float)) \
-                or not isinstance(t, (int, float)):
-            return g == t
-        if math.isnan(g) and math.isnan(t):
-            return True
-        return math.isclose(g, t, rel_tol=1e-6, abs_tol=0.0)
-    if isinstance(g, list) and isinstance(t, list):
-        return len(g) == len(t) and all(values_equal(a, b) for a, b in zip(g, t))
-    return g == t
+def differs(r: Any) -> bool:
+    """The one "differs" rule: a row's two values are not identical, even when within tolerance
+    (element-wise data, then checksums, then any recorded statistic). The first-divergence walk
+    follows such values upstream; the diagnosis reads them where no output failed."""
+    if r.max_abs_err is not None:
+        return r.max_abs_err > 0
+    if r.md5_equal is not None:
+        return not r.md5_equal
+    return any(v for v in (r.max_diff, r.min_diff, r.mean_diff, r.norm_diff) if v)
+
+
+_DEVICE = re.compile(r"(cpu|cuda|npu|xpu|mps|meta|hpu|mlu|musa|ascend|gpu)(:\d+)?", re.IGNORECASE)
+
+
+def is_device(leaf: Any) -> bool:
+    """A recorded device (``{"type": "torch.device", "value": "cuda:0"}``, or the string
+    ``"cpu"``): where a run placed its tensors, not a value of the computation."""
+    if not isinstance(leaf, dict):
+        return False
+    v = leaf.get("value")
+    if leaf.get("type") in ("torch.device", "device"):
+        return True
+    return isinstance(v, str) and _DEVICE.fullmatch(v) is not None
 
 
 # The verdict of one recorded value pair: the rules in order (shape, empty, mask encodings,
@@ -146,8 +159,8 @@ def judge_value(gl: Any, tl: Any, row: Any, gd: Any, td: Any, opts: Any, exact_s
         return True
     if not g_tensor:
         gv, tv = _value(gl), _value(tl)
-        if values_equal(gv, tv):
-            return False
+        if values_equal(gv, tv) or (is_device(gl) and is_device(tl)):
+            return False        # two devices (a CPU run against a CUDA run) are no finding
         row.mode, row.golden_value, row.target_value = "value", gv, tv
         row.verdict, row.reason = WARNING, f"argument differs: golden {gv!r}, target {tv!r}"
         return True
@@ -174,6 +187,27 @@ def one_sided(side: str, other: str, harmless: Optional[str]) -> Tuple[str, str]
     if harmless:
         return PASS, f"call only in {side}: {harmless}, it cannot change a result"
     return WARNING, f"call only in {side}: no matching call in {other}"
+
+
+# What explain/divergence.py marks on a row that differs only in how the two sides split a
+# computation (the first-divergence walk finds them; the verdict is decided here).
+REORDERED = "reordered"           # a chain fed in another order whose result agrees again
+SPLIT_OUTPUT = "split_output"     # outputs of two different ops that every consumer receives agreeing
+SPLIT_INPUT = "split_input"       # inputs made by other (agreeing) calls, of a call whose outputs agree
+
+
+def settle(row: Any, mark: str, why: str) -> str:
+    """The verdict of a row explain marked as an artefact of splitting a computation: every
+    such mark passes the row (its difference is not a difference of results). Returns `mark`."""
+    if mark not in (REORDERED, SPLIT_OUTPUT, SPLIT_INPUT):
+        raise ValueError(f"unknown artefact mark {mark!r}")
+    row.verdict, row.reason = PASS, f"{why}; as paired: {row.reason}"
+    return mark
+
+
+def extra_call_verdict(side: str, consumer: str, arg: str) -> Tuple[str, str]:
+    """A call one side runs alone whose output feeds a differing input: an error, always."""
+    return ERROR, f"call present only in {side}; its output feeds {consumer} ({arg}), which differs"
 
 
 def result_verdict(counts: Dict[str, int], different_programs: bool, unpaired: bool) -> str:
