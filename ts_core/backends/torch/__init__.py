@@ -44,9 +44,11 @@ class TorchBackend(Backend):
     module_prefix = "Module"
     recomputing = staticmethod(recomputing)
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._models: list = []          # weak references to the models given to start()
+
+    def __init__(self, cfg: Any, collector: Any, switch: Any):
+        super().__init__(cfg, collector, switch)
+        self.uninit = Tracker(switch)      # buffers not yet written: their values are never summarised
+        self._models: list = []            # weak references to the models given to start()
 
     def install(self, model: Any = None) -> None:
         super().install(model)
@@ -67,10 +69,6 @@ class TorchBackend(Backend):
                 f"outside it and the parameter gradients, so a divergence inside {name} is not localised. Set "
                 f"compile_mode 'shadow' (TSPROBE_COMPILE=shadow: its modules recorded by an eager re-run, the "
                 f"compiled training unchanged) to localise it"]
-
-    def __init__(self, cfg: Any, collector: Any, switch: Any):
-        super().__init__(cfg, collector, switch)
-        self.uninit = Tracker(switch)      # buffers not yet written: their values are never summarised
 
     def _check_runtime_impl(self) -> None:
         compiled.watch_compiler()      # API wrappers stand aside while torch.compile compiles
