@@ -44,7 +44,6 @@ class TorchBackend(Backend):
     module_prefix = "Module"
     recomputing = staticmethod(recomputing)
 
-
     def __init__(self, cfg: Any, collector: Any, switch: Any):
         super().__init__(cfg, collector, switch)
         self.uninit = Tracker(switch)      # buffers not yet written: their values are never summarised
