@@ -18,7 +18,7 @@ from typing import Any, Optional
 import torch
 
 from ...model_hooks import hooks_of
-from ..base import Backend
+from ..base import Backend, _ModuleRecords
 from . import compiled
 from .access import TorchAccess
 from .api_hooks import ApiPatcher, node_target
@@ -44,10 +44,6 @@ class TorchBackend(Backend):
     module_prefix = "Module"
     recomputing = staticmethod(recomputing)
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._models: list = []          # weak references to the models given to start()
-
     def install(self, model: Any = None) -> None:
         super().install(model)
         for m in (model if isinstance(model, (list, tuple)) else [model] if model is not None else []):
@@ -62,14 +58,17 @@ class TorchBackend(Backend):
         if not whole:
             return []
         name = type(compiled.unwrap(whole[0])).__name__
+        boundary = "" if compiled.unwrap(whole[0]) is whole[0] else \
+            f"its boundary (the region's inputs, outputs and their gradients, as Module.{name}), "
         return [f"the model {name} ran compiled as a whole by torch.compile, and in compile_mode 'boundaries' (the "
-                f"default) no call inside a compiled region is recorded: this dump holds only the calls made "
-                f"outside it and the parameter gradients, so a divergence inside {name} is not localised. Set "
+                f"default) no call inside a compiled region is recorded: this dump holds only {boundary}the calls "
+                f"made outside it and the parameter gradients, so a divergence inside {name} is not localised. Set "
                 f"compile_mode 'shadow' (TSPROBE_COMPILE=shadow: its modules recorded by an eager re-run, the "
                 f"compiled training unchanged) to localise it"]
 
     def __init__(self, cfg: Any, collector: Any, switch: Any):
         super().__init__(cfg, collector, switch)
+        self._models: list = []          # weak references to the models given to start()
         self.uninit = Tracker(switch)      # buffers not yet written: their values are never summarised
 
     def _check_runtime_impl(self) -> None:
@@ -79,6 +78,15 @@ class TorchBackend(Backend):
     def _hook_model(self, model: torch.nn.Module, index: Optional[int]) -> None:
         new = model not in self.hooks.hooked
         super()._hook_model(model, index)
+        if new and compiled.mode(self.cfg.compile_mode) == "boundaries" and compiled.unwrap(model) is not model:
+            # ``torch.compile(model)`` handed over: nothing inside is recorded in this mode, so the
+            # region is recorded at its boundary, as its root module (``Module.Net``; parameter
+            # gradients stay with the submodules' client). The hooks sit on the OptimizedModule,
+            # whose own call runs outside dynamo: the compiled program is untouched.
+            root = "" if index is None else str(index)
+            region = _ModuleRecords(self, self.switch, self.hooks, submodules=False, name=lambda path, m: root,
+                                    param_grads=False)
+            self.hooks.handles.append(hooks_of(model, self.access).add(region))
         if new and compiled.mode(self.cfg.compile_mode) == "shadow":     # module records of a compiled model: shadow.py
             from .shadow import EagerShadow
 
