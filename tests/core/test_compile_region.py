@@ -9,6 +9,7 @@ dynamo does not guard on module hooks), all runs shared by the module's tests.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from typing import Dict, List, Optional
@@ -51,9 +52,11 @@ class Net(nn.Module):
         return self.head(x)
 
 
-def train(dump: Optional[str], bug: bool = False, mode: str = "") -> Dict[str, List[torch.Tensor]]:
-    """STEPS AdamW steps of ``torch.compile(Net())`` (started as the compiled model), the tool at
-    mix on every step when `dump`; `bug`: LayerNorm eps of blocks.1 set to 1e-1."""
+def train(dump: Optional[str], bug: bool = False, mode: str = "", level: str = "mix",
+          compiled: bool = True) -> Dict[str, List[torch.Tensor]]:
+    """STEPS AdamW steps of ``torch.compile(Net())`` (started as the compiled model; the plain
+    model with `compiled` False), the tool at `level` on every step when `dump`; `bug`: LayerNorm
+    eps of blocks.1 set to 1e-1."""
     torch.manual_seed(0)
     model = Net()
     if bug:
@@ -61,19 +64,19 @@ def train(dump: Optional[str], bug: bool = False, mode: str = "") -> Dict[str, L
     x, y = torch.randn(5, 8), torch.randn(5, 3)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     torch._dynamo.reset()
-    compiled = torch.compile(model)
+    fn = torch.compile(model) if compiled else model
     dbg = None
     if dump:
-        dbg = PrecisionDebugger(dump_path=dump, level="mix", step=list(range(STEPS)),
+        dbg = PrecisionDebugger(dump_path=dump, level=level, step=list(range(STEPS)),
                                 **({"compile_mode": mode} if mode else {}))
     out: Dict[str, List[torch.Tensor]] = {"loss": [], "grads": []}
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("TSPROBE_COMPILE", raising=False)
-        with pytest.warns(RuntimeWarning) if dump and not mode else _nothing():
+        with pytest.warns(RuntimeWarning) if dump and compiled and not mode else contextlib.nullcontext():
             for _ in range(STEPS):
                 if dbg:
-                    dbg.start(compiled)
-                loss = F.mse_loss(compiled(x), y)
+                    dbg.start(fn)
+                loss = F.mse_loss(fn(x), y)
                 loss.backward()
                 out["loss"].append(loss.detach().clone())
                 out["grads"] += [p.grad.clone() for p in model.parameters()]
@@ -89,22 +92,16 @@ def train(dump: Optional[str], bug: bool = False, mode: str = "") -> Dict[str, L
     return out
 
 
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("region")
     got = {"ref": (None, train(None))}
-    for name, bug, mode in (("clean", False, ""), ("clean2", False, ""), ("bug", True, ""),
-                            ("shadow", False, "shadow"), ("shadow-bug", True, "shadow")):
+    for name, bug, mode, level in (("clean", False, "", "mix"), ("clean2", False, "", "mix"), ("bug", True, "", "mix"),
+                                   ("clean-L1", False, "", "L1"), ("bug-L1", True, "", "L1"),
+                                   ("shadow", False, "shadow", "mix"), ("shadow-bug", True, "shadow", "mix")):
         path = str(root / name)
-        got[name] = (path, train(path, bug, mode))
+        got[name] = (path, train(path, bug, mode, level))
+    got["eager"] = (str(root / "eager"), train(str(root / "eager"), compiled=False))
     return got
 
 
@@ -112,7 +109,7 @@ def _data(path: str, step: int = 0) -> dict:
     return load_dump(os.path.join(path, f"step{step}", "rank"))["data"]
 
 
-@pytest.mark.parametrize("name", ["clean", "shadow"])
+@pytest.mark.parametrize("name", ["clean", "clean-L1", "shadow"])
 def test_training_is_bit_identical_with_the_tool_on(runs, name):
     ref, got = runs["ref"][1], runs[name][1]
     for part in ("loss", "grads", "params"):
@@ -158,8 +155,10 @@ def test_a_clean_compiled_pair_passes(runs, tmp_path):
     assert r.counts["unmatched_golden"] == r.counts["unmatched_target"] == 0
 
 
-def test_a_bug_inside_the_region_is_said_to_lie_inside_it_naming_shadow(runs, tmp_path):
-    r = compare(runs["clean"][0], runs["bug"][0], str(tmp_path / "out"), verbose=False)
+@pytest.mark.parametrize("level", ["mix", "L1"])
+def test_a_bug_inside_the_region_is_said_to_lie_inside_it_naming_shadow(runs, tmp_path, level):
+    suffix = "" if level == "mix" else "-" + level
+    r = compare(runs["clean" + suffix][0], runs["bug" + suffix][0], str(tmp_path / "out"), verbose=False)
     fd = r.first_divergence
     assert fd is not None and (fd.key, fd.direction) == ("Module.Net.forward.0", "forward")
     assert "inside the compiled region Net" in fd.cause and "compile_mode: shadow" in fd.cause
@@ -173,3 +172,15 @@ def test_with_shadow_the_same_bug_is_named_at_the_layer_norm_of_blocks_1(runs, t
     # at mix: the layer_norm API call of blocks.1 (its second), inside that module's record
     assert (fd.key, fd.module) == ("Functional.layer_norm.1.forward", "Module.blocks.1.layer_norm.LayerNorm.forward.0")
     assert "compiled region" not in fd.cause
+
+
+def test_against_an_eager_run_the_same_bug_is_said_to_lie_inside_the_region(runs, tmp_path):
+    """Eager golden (every module recorded, no root record) against the compiled run: the same
+    program (the lone boundary record is no foreign module tree), and the eager side's module
+    that feeds the differing loss lies inside the region."""
+    r = compare(runs["eager"][0], runs["clean"][0], str(tmp_path / "clean"), verbose=False)
+    assert r.pairs[0].same_program and r.first_divergence is None and r.counts["error"] == 0
+    r = compare(runs["eager"][0], runs["bug"][0], str(tmp_path / "bug"), verbose=False)
+    fd = r.first_divergence
+    assert fd is not None and fd.target_key is None and fd.key.startswith("Module."), fd.key
+    assert "inside the compiled region Net" in fd.cause and "compile_mode: shadow" in fd.cause

@@ -46,9 +46,29 @@ class TorchBackend(Backend):
 
     def install(self, model: Any = None) -> None:
         super().install(model)
-        for m in (model if isinstance(model, (list, tuple)) else [model] if model is not None else []):
+        models = model if isinstance(model, (list, tuple)) else [model] if model is not None else []
+        for i, m in enumerate(models):
             if not any(ref() is m for ref in self._models):
                 self._models.append(weakref.ref(m))
+            if not self.hooks_modules:       # L1: the region's boundary all the same (L0/mix: _hook_model)
+                self._record_region(m, i if len(models) > 1 else None)
+
+    def _record_region(self, model: torch.nn.Module, index: Optional[int]) -> None:
+        """``torch.compile(model)`` handed over in compile_mode ``boundaries``: nothing inside is
+        recorded, so the region is recorded at its boundary, as its root module (``Module.Net``:
+        inputs, outputs, own parameters, output and input gradients; parameter gradients stay with
+        the submodules' records). The hooks sit on the OptimizedModule, whose own call runs
+        outside dynamo: the compiled program is untouched. Once per model."""
+        if compiled.unwrap(model) is model or compiled.mode(self.cfg.compile_mode) != "boundaries":
+            return
+        owner = hooks_of(model, self.access)
+        if self._regions.get(model) in owner:       # still hooked (the handles go at close)
+            return
+        root = "" if index is None else str(index)
+        region = _ModuleRecords(self, self.switch, self.hooks, submodules=False, name=lambda path, m: root,
+                                param_grads=False)
+        self._regions[model] = region
+        self.hooks.handles.append(owner.add(region))
 
     def _step_notes_impl(self) -> list:
         mode = compiled.mode(self.cfg.compile_mode)
@@ -69,6 +89,7 @@ class TorchBackend(Backend):
     def __init__(self, cfg: Any, collector: Any, switch: Any):
         super().__init__(cfg, collector, switch)
         self._models: list = []          # weak references to the models given to start()
+        self._regions: Any = weakref.WeakKeyDictionary()   # model -> its boundary's client (_record_region)
         self.uninit = Tracker(switch)      # buffers not yet written: their values are never summarised
 
     def _check_runtime_impl(self) -> None:
@@ -78,15 +99,7 @@ class TorchBackend(Backend):
     def _hook_model(self, model: torch.nn.Module, index: Optional[int]) -> None:
         new = model not in self.hooks.hooked
         super()._hook_model(model, index)
-        if new and compiled.mode(self.cfg.compile_mode) == "boundaries" and compiled.unwrap(model) is not model:
-            # ``torch.compile(model)`` handed over: nothing inside is recorded in this mode, so the
-            # region is recorded at its boundary, as its root module (``Module.Net``; parameter
-            # gradients stay with the submodules' client). The hooks sit on the OptimizedModule,
-            # whose own call runs outside dynamo: the compiled program is untouched.
-            root = "" if index is None else str(index)
-            region = _ModuleRecords(self, self.switch, self.hooks, submodules=False, name=lambda path, m: root,
-                                    param_grads=False)
-            self.hooks.handles.append(hooks_of(model, self.access).add(region))
+        self._record_region(model, index)
         if new and compiled.mode(self.cfg.compile_mode) == "shadow":     # module records of a compiled model: shadow.py
             from .shadow import EagerShadow
 
