@@ -170,7 +170,7 @@ class PrecisionDebugger:
         held.extend(n for n in notes if n not in held)
         if not getattr(self, "_notes_warned", False):
             self._notes_warned = True
-            warnings.warn(f"tsprobe: step {self.current_step}: {notes[0]}", RuntimeWarning, stacklevel=3)
+            warn_user(f"tsprobe: step {self.current_step}: {notes[0]}", RuntimeWarning)
 
     def step(self, loss: Any = None) -> None:
         """End the step: flush and close its folder, then count the next step. Monitor mode:

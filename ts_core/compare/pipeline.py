@@ -13,6 +13,7 @@ from .align.dataflow import Facts
 from .align.matching import default_normalise
 from .align import msprobe_pairs
 from .align.pairs import CallPair, pair_values
+from .explain import compiled_region
 from .explain.diagnosis import CHECK_FAILED, diagnose
 from .explain.divergence import find_first_divergence
 from .judge.verdict import judge_value, one_sided, recorded_stats
@@ -157,7 +158,9 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
     rows = [r for seq in seqs for cp in seq for r in cp.rows]
     notes += msprobe_pairs.unreached_note(gd, td)
     fd, note = find_first_divergence(seqs, gd, td, step, rank, facts)
-    programs = same_program(seqs)
+    region = compiled_region.region_name(gd.notes, td.notes)     # a model compiled as a whole
+    compiled_region.localise(fd, region)
+    programs = same_program(compiled_region.without_lone_boundaries(seqs, region))
     diagnosis = [h.to_dict() for h in diagnose(fd, seqs, gd, td)] if programs["same"] else []
     if not programs["same"] and gd.level and td.level and gd.level != td.level:
         programs["evidence"] += (f"; the dumps were made at different levels (golden {gd.level}, target "

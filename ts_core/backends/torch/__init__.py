@@ -18,7 +18,7 @@ from typing import Any, Optional
 import torch
 
 from ...model_hooks import hooks_of
-from ..base import Backend
+from ..base import Backend, _ModuleRecords
 from . import compiled
 from .access import TorchAccess
 from .api_hooks import ApiPatcher, node_target
@@ -48,12 +48,33 @@ class TorchBackend(Backend):
         super().__init__(cfg, collector, switch)
         self.uninit = Tracker(switch)      # buffers not yet written: their values are never summarised
         self._models: list = []            # weak references to the models given to start()
+        self._regions: Any = weakref.WeakKeyDictionary()   # model -> its boundary's client (_record_region)
 
     def install(self, model: Any = None) -> None:
         super().install(model)
-        for m in (model if isinstance(model, (list, tuple)) else [model] if model is not None else []):
+        models = model if isinstance(model, (list, tuple)) else [model] if model is not None else []
+        for i, m in enumerate(models):
             if not any(ref() is m for ref in self._models):
                 self._models.append(weakref.ref(m))
+            if not self.hooks_modules:       # L1: the region's boundary all the same (L0/mix: _hook_model)
+                self._record_region(m, i if len(models) > 1 else None)
+
+    def _record_region(self, model: torch.nn.Module, index: Optional[int]) -> None:
+        """``torch.compile(model)`` handed over in compile_mode ``boundaries``: nothing inside is
+        recorded, so the region is recorded at its boundary, as its root module (``Module.Net``:
+        inputs, outputs, own parameters, output and input gradients; parameter gradients stay with
+        the submodules' records). The hooks sit on the OptimizedModule, whose own call runs
+        outside dynamo: the compiled program is untouched. Once per model."""
+        if compiled.unwrap(model) is model or compiled.mode(self.cfg.compile_mode) != "boundaries":
+            return
+        owner = hooks_of(model, self.access)
+        if self._regions.get(model) in owner:       # still hooked (the handles go at close)
+            return
+        root = "" if index is None else str(index)
+        region = _ModuleRecords(self, self.switch, self.hooks, submodules=False, name=lambda path, m: root,
+                                param_grads=False)
+        self._regions[model] = region
+        self.hooks.handles.append(owner.add(region))
 
     def _step_notes_impl(self) -> list:
         mode = compiled.mode(self.cfg.compile_mode)
@@ -63,9 +84,11 @@ class TorchBackend(Backend):
         if not whole:
             return []
         name = type(compiled.unwrap(whole[0])).__name__
+        boundary = "" if compiled.unwrap(whole[0]) is whole[0] else \
+            f"its boundary (the region's inputs, outputs and their gradients, as Module.{name}), "
         return [f"the model {name} ran compiled as a whole by torch.compile, and in compile_mode 'boundaries' (the "
-                f"default) no call inside a compiled region is recorded: this dump holds only the calls made "
-                f"outside it and the parameter gradients, so a divergence inside {name} is not localised. Set "
+                f"default) no call inside a compiled region is recorded: this dump holds only {boundary}the calls "
+                f"made outside it and the parameter gradients, so a divergence inside {name} is not localised. Set "
                 f"compile_mode 'shadow' (TSPROBE_COMPILE=shadow: its modules recorded by an eager re-run, the "
                 f"compiled training unchanged) to localise it"]
 
@@ -76,6 +99,7 @@ class TorchBackend(Backend):
     def _hook_model(self, model: torch.nn.Module, index: Optional[int]) -> None:
         new = model not in self.hooks.hooked
         super()._hook_model(model, index)
+        self._record_region(model, index)
         if new and compiled.mode(self.cfg.compile_mode) == "shadow":     # module records of a compiled model: shadow.py
             from .shadow import EagerShadow
 

@@ -8,7 +8,8 @@ graph either (that would change what inductor compiles). So:
 - while dynamo traces, a module hook returns None at once and leaves no trace in the graph
   (mode ``boundaries``, the default: the compiled program is the one the user gets without
   tsprobe, bit for bit). A compiled submodule is still recorded at its boundary (``submodules``:
-  its hooks sit on the compiled wrapper, outside dynamo);
+  its hooks sit on the compiled wrapper, outside dynamo), and so is a model handed over as
+  ``torch.compile(model)``, as its root module (``TorchBackend._record_region``);
 - mode ``modules`` (``TSPROBE_COMPILE=modules``): the hook body is ``torch.compiler.disable``-d
   and dynamo breaks the graph at each hooked module; the body runs eagerly on the real tensors
   (module records as in eager mode, backward through the compiled pieces' autograd nodes).
