@@ -3,17 +3,18 @@
 An arena chunk is one int64 buffer on the device (a float64 view shares its memory), zeroed once
 when it is made; every recorded tensor takes a few slots of it: statistics ``STATS_SLOTS`` (max,
 min, mean, norm as float64, and the launch's program counter), a CRC one (as an integer). The
-writers are device_kernels' Triton kernels, or tensors.py's torch fallback. A flush brings each
-chunk it needs to the host in one transfer (``Slot.value``): one per device per flush in the steady
-state, nothing stacked, nothing synced while recording. A fetched chunk is retired: the next record
-takes a fresh one (its allocation and zeroing, two ops, amortised over the flush). Needs torch,
-not triton.
+writers are device_kernels' Triton kernels, or tensors.py's torch fallback. A flush brings the
+slots taken since the last flush to the host in one transfer per chunk (``Slot.value``): one per
+device per flush in the steady state, nothing stacked, nothing synced while recording. A chunk is
+replaced (by one twice its size) only when full: its allocation and zeroing (three ops) are shared
+by thousands of tensors, over many flushes. Needs torch, not triton.
 """
 from __future__ import annotations
 
 import threading
 from typing import Any, Optional, Tuple
 
+import numpy as np
 import torch
 
 STATS_SLOTS = 5                    # max, min, mean, norm, program counter
@@ -30,15 +31,17 @@ class _Chunk:
         self.scratch = torch.empty(scratch, dtype=torch.float64, device=device)
         self.used = 0
         self.sused = 0
-        self.host: Any = None                # numpy int64 copy of ints[:len(host)]
+        self.host: Any = None                # numpy int64 copy of ints[:len(host)], grown per flush
         self.lock = threading.Lock()
 
     def fetch(self, upto: int) -> Any:
-        """The host copy of the slots taken so far, which include [0, upto): one transfer (again
-        only for a slot taken after the last one, by another thread during the flush)."""
+        """The host copy of slots [0, upto) (and of all taken so far): one transfer of the slots
+        taken since the last one, when [0, upto) is not on the host yet."""
         with self.lock:
-            if self.host is None or len(self.host) < upto:
-                self.host = self.ints[:self.used].cpu().numpy()
+            have = 0 if self.host is None else len(self.host)
+            if have < upto:
+                new = self.ints[have:self.used].cpu().numpy()
+                self.host = new if self.host is None else np.concatenate((self.host, new))
             return self.host
 
 
@@ -70,9 +73,8 @@ class Arena:
         """(chunk, slot offset, scratch offset) of `slots` result slots and `scratch` float64s."""
         with self.lock:
             c = self.chunk
-            if c is None or c.host is not None or c.used + slots > c.ints.numel() or \
-                    c.sused + scratch > c.scratch.numel():
-                if c is not None and c.host is None:     # full before a flush: bigger from now on
+            if c is None or c.used + slots > c.ints.numel() or c.sused + scratch > c.scratch.numel():
+                if c is not None:                       # full: bigger from now on
                     if c.used + slots > c.ints.numel():
                         self.slots *= 2
                     if c.sused + scratch > c.scratch.numel():
