@@ -97,11 +97,11 @@ def test_statistics_equal_numpy(name):
     t = _tensors()[name].to(DEVICE)
     got = _stats(TorchAdapter(), t)
     exp = _reference(t)
-    if name == "f64-max":                       # the true norm, sqrt(5) * max, is beyond float64
+    if name == "f64-max" and KERNELS:           # the true norm, sqrt(5) * max, is beyond float64
         assert got[:3] == [exp[0], exp[1], exp[0]] and got[3] == math.inf, got
         return
-    if name == "f64-huge" and not KERNELS:      # torch's float64 ops overflow: the kernel does not
-        assert got[3] == math.inf and got[2] == pytest.approx(1e200)
+    if name.startswith("f64-") and not KERNELS:      # torch's float64 sums overflow (docs/performance.md)
+        assert got[:2] == [exp[0], exp[1]] and got[3] == math.inf, got
         return
     if name == "f64-huge":
         exp = [1e200, 1e200, 1e200, 1e200 * math.sqrt(1000)]

@@ -293,7 +293,7 @@ class TorchAdapter(TensorAdapter):
                 except ImportError:
                     return None
                 self._kernels = device_kernels.DeviceKernels(self._arenas)
-        return self._kernels
+        return self._kernels or None
 
     def _kernel_failed(self, exc: Exception) -> None:
         """A Triton launch failed: warn once, torch ops from now on (never a crash)."""
