@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 
 from .device_arena import STATS_SLOTS, Arenas, Slot
@@ -213,9 +214,10 @@ def _crc_kernel(x_ptr, out_base, out_off, lane_ptr, x2n_ptr, nbytes, pad, T, LOG
     src = x_ptr.to(tl.pointer_type(tl.uint8))
     lanes = tl.arange(0, TW)
     lanes64 = lanes.to(tl.int64)
-    c = tl.load(lane_ptr + lanes)                        # x^(32*(TW-j)) mod P, per lane
-    k_tile = tl.load(x2n_ptr + ((5 + LOG_TW) & 31))      # x^(32*TW)
-    acc = tl.load(lane_ptr) * 0                           # uint32 zero
+    # the tables are int32 bit patterns (torch's uint32 is not a full dtype everywhere)
+    c = tl.load(lane_ptr + lanes).to(tl.uint32, bitcast=True)                 # x^(32*(TW-j)) mod P
+    k_tile = tl.load(x2n_ptr + ((5 + LOG_TW) & 31)).to(tl.uint32, bitcast=True)   # x^(32*TW)
+    acc = k_tile * 0                                      # uint32 zero
     for i in range(0, T):
         word = ((lanes64 * 0 + pid * T + i) * TW + lanes64) * 4 - pad     # first byte, unpadded
         w = acc * 0 + tl.zeros([TW], tl.uint32)
@@ -227,7 +229,7 @@ def _crc_kernel(x_ptr, out_base, out_off, lane_ptr, x2n_ptr, nbytes, pad, T, LOG
         acc = _mulmod(k_tile, acc) ^ tile
     after = P - 1 - pid                                   # programs after this one
     for b in range(0, LOG_P):               # LOG_P bits: P - 1 < 2^LOG_P
-        kb = tl.load(x2n_ptr + ((5 + LOG_TW + LOG_T + b) & 31))       # x^(32*TW*T*2^b)
+        kb = tl.load(x2n_ptr + ((5 + LOG_TW + LOG_T + b) & 31)).to(tl.uint32, bitcast=True)  # x^(32*TW*T*2^b)
         acc = tl.where(((after >> b) & 1) != 0, _mulmod(kb, acc), acc)
     acc = tl.where(pid == 0, acc ^ init, acc)
     tl.atomic_xor(out_ptr, acc.to(tl.int64))
@@ -315,7 +317,7 @@ class DeviceKernels:
         tables = self._tables_of.get(device)
         if tables is None:
             tw = 1 << log_tw
-            tables = self._tables_of[device] = (
-                torch.tensor([x8nmodp(4 * (tw - j)) for j in range(tw)], dtype=torch.int64).to(torch.uint32).to(device),
-                torch.tensor(X2N, dtype=torch.int64).to(torch.uint32).to(device))
+            tables = self._tables_of[device] = tuple(
+                torch.from_numpy(np.array(v, dtype=np.uint32).view(np.int32)).to(device)
+                for v in ([x8nmodp(4 * (tw - j)) for j in range(tw)], X2N))
         return tables
