@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from ts_core import native
+from ts_core.backends.torch import device_arena
 from ts_core.backends.torch.tensors import TorchAdapter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -96,3 +97,19 @@ def test_native_statistics_of_a_finite_tensor_are_finite_and_numpys(name):
         assert math.isfinite(row[3]) and row[3] == pytest.approx(norm, rel=1e-6)
     else:
         assert t.dtype == torch.float64 and row[3] == math.inf
+
+
+def test_a_slot_launched_after_a_flush_copied_its_chunk_is_fetched_again():
+    """Another thread took slot A, then B was written and flushed before A's writer was
+    launched: the flush's copy holds A's zeros, and A's value must come from a later copy."""
+    arena = device_arena.Arena(torch.device("cpu"))
+    chunk, a, _ = arena.take(device_arena.STATS_SLOTS)          # A: taken, its writer not launched
+    same, b, _ = arena.take(device_arena.STATS_SLOTS)
+    assert same is chunk
+    chunk.floats[b:b + 4] = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    assert device_arena.Slot(chunk, b, 0).value() == [1.0, 2.0, 3.0, 4.0]     # the flush: copies A too
+    chunk.floats[a:a + 4] = torch.tensor([5.0, 6.0, 7.0, 8.0], dtype=torch.float64)
+    assert device_arena.Slot(chunk, a, 0).value() == [5.0, 6.0, 7.0, 8.0]
+    c, d, _ = arena.take(1)
+    c.ints[d] = 0xDEADBEEF
+    assert device_arena.Slot(c, d, 1).value() == "deadbeef"

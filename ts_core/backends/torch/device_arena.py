@@ -23,7 +23,7 @@ STATS_SLOTS = 5                    # max, min, mean, norm, program counter
 class _Chunk:
     """One zeroed device buffer of result slots and its scratch; its host copy once fetched."""
 
-    __slots__ = ("ints", "floats", "scratch", "used", "sused", "host", "lock")
+    __slots__ = ("ints", "floats", "scratch", "used", "sused", "host", "valid", "inflight", "lock")
 
     def __init__(self, device: torch.device, slots: int, scratch: int) -> None:
         self.ints = torch.zeros(slots, dtype=torch.int64, device=device)
@@ -32,27 +32,37 @@ class _Chunk:
         self.used = 0
         self.sused = 0
         self.host: Any = None                # numpy int64 copy of ints[:len(host)], grown per flush
+        self.valid = 0                       # host[:valid] holds results (later slots may be stale)
+        self.inflight: set = set()           # offsets taken whose writer is not launched yet
         self.lock = threading.Lock()
 
-    def fetch(self, upto: int) -> Any:
-        """The host copy of slots [0, upto) (and of all taken so far): one transfer of the slots
-        taken since the last one, when [0, upto) is not on the host yet."""
+    def launched(self, off: int) -> None:
+        """The writer of the slots at `off` is launched (queued before any later transfer)."""
         with self.lock:
-            have = 0 if self.host is None else len(self.host)
-            if have < upto:
-                new = self.ints[have:self.used].cpu().numpy()
-                self.host = new if self.host is None else np.concatenate((self.host, new))
+            self.inflight.discard(off)
+
+    def fetch(self, upto: int) -> Any:
+        """The host copy of slots [0, upto), whose writer was launched: one transfer of the slots
+        from the first one not copied valid before (a slot taken but not yet launched when a copy
+        is made, by another thread, is copied again by the next fetch that needs it)."""
+        with self.lock:
+            if self.valid < upto:
+                part = self.ints[self.valid:self.used]
+                new = (part.clone() if part.is_cpu else part.cpu()).numpy()    # a copy, never a view
+                self.host = new if self.host is None else np.concatenate((self.host[:self.valid], new))
+                self.valid = min(self.inflight, default=self.used)
             return self.host
 
 
 class Slot:
     """A pending result: statistics (kind 0: [max, min, mean, norm]) or a CRC (kind 1: 8 hex
-    digits) at `off` in `chunk`."""
+    digits) at `off` in `chunk`. Made once its writer is launched."""
 
     __slots__ = ("chunk", "off", "kind")
 
     def __init__(self, chunk: _Chunk, off: int, kind: int) -> None:
         self.chunk, self.off, self.kind = chunk, off, kind
+        chunk.launched(off)
 
     def value(self) -> Any:
         if self.kind == 0:
@@ -83,6 +93,8 @@ class Arena:
                     self.scratch *= 2
                 c = self.chunk = _Chunk(self.device, self.slots, self.scratch)
             off, soff = c.used, c.sused
+            with c.lock:
+                c.inflight.add(off)
             c.used += slots
             c.sused += scratch
             return c, off, soff

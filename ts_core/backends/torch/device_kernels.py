@@ -33,6 +33,7 @@ XOR are one constant per length, XORed in by program 0 (``_init_term``, computed
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -55,9 +56,16 @@ LOG_TW = 10                        # CRC: 2^10 32-bit words per tile (2^6 in the
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 PMAX = 1024                        # most programs per launch (statistics and CRC)
 
+_INTERPRETER_LOCK = threading.Lock()
+
+
 # Tests and benchmarks wrap this to count launches: ``_launch(kernel, grid, *args, **meta)``.
 def _launch(kernel: Any, grid: Tuple[int], *args: Any, **meta: Any) -> None:
-    kernel[grid](*args, **meta)
+    if INTERPRETED:        # the interpreter copies each argument back whole: one launch at a time
+        with _INTERPRETER_LOCK:
+            kernel[grid](*args, **meta)
+    else:
+        kernel[grid](*args, **meta)
 
 
 launch: Callable[..., None] = _launch
@@ -286,9 +294,13 @@ class DeviceKernels:
         p = max(1, min(triton.cdiv(n, BLOCK), _programs_max(t.device)))
         chunk, off, soff = self.arena(t.device).take(STATS_SLOTS, PARTIALS * p if p > 1 else 0)
         sizes, strides = shape if shape is not None else ([1, 1, 1, n], [0, 0, 0, 1])
-        launch(_stats_kernel, (p,), t, chunk.floats, off, chunk.scratch, soff, n, sizes[1], sizes[2], sizes[3],
-               strides[0], strides[1], strides[2], strides[3], p, CONTIG=shape is None,
-               WIDE=t.dtype == torch.float64, BLOCK=BLOCK, PMAX=PMAX)
+        try:
+            launch(_stats_kernel, (p,), t, chunk.floats, off, chunk.scratch, soff, n, sizes[1], sizes[2], sizes[3],
+                   strides[0], strides[1], strides[2], strides[3], p, CONTIG=shape is None,
+                   WIDE=t.dtype == torch.float64, BLOCK=BLOCK, PMAX=PMAX)
+        except BaseException:
+            chunk.launched(off)          # never written: no fetch waits for it
+            raise
         return Slot(chunk, off, 0)
 
     def crc32(self, t: torch.Tensor) -> Slot:
@@ -308,8 +320,12 @@ class DeviceKernels:
         pad = p * per * tw * 4 - nbytes       # leading zero bytes: no change to a CRC started at 0
         chunk, off, _ = self.arena(device).take(1, 0)
         lanes, x2n = self._tables(device, log_tw)
-        launch(_crc_kernel, (p,), t, chunk.ints, off, lanes, x2n, nbytes, pad, per, per.bit_length() - 1,
-               _init_term(nbytes), p, (p - 1).bit_length(), TW=tw, LOG_TW=log_tw)
+        try:
+            launch(_crc_kernel, (p,), t, chunk.ints, off, lanes, x2n, nbytes, pad, per, per.bit_length() - 1,
+                   _init_term(nbytes), p, (p - 1).bit_length(), TW=tw, LOG_TW=log_tw)
+        except BaseException:
+            chunk.launched(off)
+            raise
         return Slot(chunk, off, 1)
 
     def _tables(self, device: torch.device, log_tw: int) -> Tuple[torch.Tensor, torch.Tensor]:
