@@ -20,6 +20,16 @@ least Python a recorder of the same L1 records pays, a lower bound for tsprobe's
 
     python benchmarks/overhead.py [--steps 10] [--rounds 1] [--tools tsprobe,msprobe,minimal]
                                   [--sizes 4x256,4x512,4x1024,12x256]
+
+``--device cuda`` times the GPU instead (issue 37's workload by default: GPT-2 124M, 12x768,
+batch 8x512, fp32, AdamW, eager attention, deterministic algorithms): *wall clock* per step with
+``torch.cuda.synchronize()`` before and after, each mode's steps right after a no-tool run of the
+same steps in the same process (ratios against it), tsprobe's modes in one process (each closed
+before the next), msprobe's one process per mode; every run starts from the same weights and seed,
+and its final loss and parameters are compared bit for bit with the no-tool run's.
+
+    python benchmarks/overhead.py --device cuda [--steps 10] [--sizes 12x768] [--batch 8x512]
+                                  [--modes "statistics L0,statistics L1,statistics mix,md5 L1"]
 """
 from __future__ import annotations
 
@@ -83,15 +93,7 @@ def _worker(tool: str, mode: str, steps: int, size: str, out: str) -> None:
         # "not collecting": hooks installed at step 0 (warm-up), measured steps lie outside
         # the configured ones, so every wrapper takes its fast path.
         collect = [0, FAR_STEP] if mode == "not collecting" else list(range(total))
-        cfg_json = {"task": task, "dump_path": dump, "rank": [], "step": collect, "level": level,
-                    task: {"scope": [], "list": [], "data_mode": ["all"]}}
-        if task == "statistics":
-            cfg_json[task]["summary_mode"] = summary
-        for more in extra:
-            cfg_json.update(more)
-        path = os.path.join(dump, "config.json")
-        with open(path, "w") as f:
-            json.dump(cfg_json, f)
+        path = _config(dump, mode, collect)
         if tool == "minimal":
             sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
             from minimal_recorder import MinimalRecorder
@@ -141,6 +143,127 @@ def _worker(tool: str, mode: str, steps: int, size: str, out: str) -> None:
                    "bytes_per_step": size / total, "floor": floor, "phases": per_phase}, f)
 
 
+
+
+CUDA_MODES = ("statistics L0", "statistics L1", "statistics mix", "md5 L1")
+
+
+def _config(dump: str, mode: str, steps: list) -> str:
+    """A config.json (msprobe's format, which tsprobe reads too) for `mode`; returns its path."""
+    task, level, summary, *extra = MODES[mode]
+    cfg_json = {"task": task, "dump_path": dump, "rank": [], "step": steps, "level": level,
+                task: {"scope": [], "list": [], "data_mode": ["all"]}}
+    if task == "statistics":
+        cfg_json[task]["summary_mode"] = summary
+    for more in extra:
+        cfg_json.update(more)
+    path = os.path.join(dump, "config.json")
+    with open(path, "w") as f:
+        json.dump(cfg_json, f)
+    return path
+
+
+def _cuda_worker(tool: str, modes: list, steps: int, size: str, batch: str, out: str) -> None:
+    """Wall-clock seconds per step on CUDA: for each mode, a no-tool run then the tool's run of
+    the same steps, both from the same weights and seed; the tool's final loss and parameters
+    against the no-tool run's, bit for bit."""
+    import copy
+
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    device = os.environ.get("TSBENCH_DEVICE", "cuda")      # cpu: a dry run of this code path
+    if device == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: torch sees no CUDA device here")
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(0)
+    layers, width = (int(x) for x in size.split("x"))
+    rows, cols = (int(x) for x in batch.split("x"))
+    cfg = GPT2Config(n_layer=layers, n_embd=width, n_head=max(1, width // 64), n_positions=max(1024, cols),
+                     bos_token_id=0, eos_token_id=0, loss_type="ForCausalLMLoss", attn_implementation="eager")
+    model = GPT2LMHeadModel(cfg).to(device)
+    start = copy.deepcopy(model.state_dict())
+    data = torch.randint(0, cfg.vocab_size, (rows, cols), generator=torch.Generator().manual_seed(0)).to(device)
+
+    def run(debugger):
+        model.load_state_dict(start)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        torch.manual_seed(0)
+        times = []
+        for _ in range(WARMUP + steps):
+            sync()
+            t0 = time.perf_counter()
+            if debugger is not None:
+                debugger.start(model)
+            loss = model(input_ids=data, labels=data).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if debugger is not None:
+                debugger.stop()
+                debugger.step()
+            sync()
+            times.append(time.perf_counter() - t0)
+        return times[WARMUP:], [loss.detach().clone()] + [p.detach().clone() for p in model.parameters()]
+
+    results = {}
+    for mode in modes:
+        base, want = run(None)
+        dump = tempfile.mkdtemp(prefix="tsbench_cuda_")
+        path = _config(dump, mode, list(range(WARMUP + steps)))
+        if tool == "msprobe":
+            from msprobe.pytorch import PrecisionDebugger
+        else:
+            os.environ["TSPROBE_QUIET"] = "1"
+            from ts_core import PrecisionDebugger
+        debugger = PrecisionDebugger(config_path=path)
+        timed, got = run(debugger)
+        if hasattr(debugger, "close"):
+            debugger.close()
+        shutil.rmtree(dump, ignore_errors=True)
+        results[mode] = {"base": statistics.median(base), "tool": statistics.median(timed),
+                         "identical": all(torch.equal(a, b) for a, b in zip(want, got))}
+        del want, got
+    with open(out, "w") as f:
+        json.dump(results, f)
+
+
+def _cuda_table(tools: list, modes: list, steps: int, size: str, batch: str) -> None:
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+               CUBLAS_WORKSPACE_CONFIG=os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8"))
+    results: dict = {}
+    for tool in tools:
+        for group in ([modes] if tool == "tsprobe" else [[m] for m in modes]):   # msprobe: a process per mode
+            with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+                out = f.name
+            try:
+                proc = subprocess.run([sys.executable, __file__, "--cuda-worker", tool, ",".join(group), str(steps),
+                                       size, batch, out], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True)
+                if proc.returncode:
+                    print(f"  {tool} {group}: failed\n{proc.stderr[-2000:]}", file=sys.stderr, flush=True)
+                    continue
+                with open(out) as f:
+                    for mode, res in json.load(f).items():
+                        results[(tool, mode)] = res
+                        print(f"  {mode:15s} {tool:8s} {res['tool'] * 1e3:8.1f} ms/step (no tool "
+                              f"{res['base'] * 1e3:.1f}), bit-identical: {res['identical']}", file=sys.stderr, flush=True)
+            finally:
+                os.unlink(out)
+    layers, width = size.split("x")
+    print(f"\nGPT-2 ({layers} layers, {width} wide, batch {batch}, AdamW, fp32, deterministic) on CUDA: wall "
+          f"clock per step with synchronize, median of {steps} steps; ratio = tool / no tool in the same process\n")
+    head = "| mode |" + "".join(f" {t} ms/step | {t} ratio | {t} bit-identical |" for t in tools)
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for mode in modes:
+        row = f"| {mode} |"
+        for tool in tools:
+            res = results.get((tool, mode))
+            row += " - | - | - |" if res is None else \
+                f" {res['tool'] * 1e3:.1f} | {res['tool'] / res['base']:.2f}x | {'yes' if res['identical'] else 'NO'} |"
+        print(row, flush=True)
 
 
 def _last_step(dump: str) -> str:
@@ -258,8 +381,16 @@ def main() -> None:
     p.add_argument("--sizes", default="4x256", help="GPT-2 layers x width, comma-separated")
     p.add_argument("--startup-gc", action="store_true",
                    help="no gc.collect() after warm-up: start-up's first full collection may land in a measured step")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cuda: wall clock on the GPU with synchronize (module docstring)")
+    p.add_argument("--batch", default="8x512", help="--device cuda: batch rows x sequence length")
     p.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
+    p.add_argument("--cuda-worker", nargs=6, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.cuda_worker:
+        tool, modes, steps, size, batch, out = args.cuda_worker
+        _cuda_worker(tool, modes.split(","), int(steps), size, batch, out)
+        return
     if args.startup_gc:
         os.environ["TSBENCH_STARTUP_GC"] = "1"      # read by the workers
     if args.worker:
@@ -268,6 +399,13 @@ def main() -> None:
         return
     tools = [t for t in args.tools.split(",") if t != "msprobe" or importlib.util.find_spec("msprobe")]
     tools.sort(key=lambda t: t != "tsprobe")        # tsprobe's columns first
+    if args.device == "cuda":
+        modes = CUDA_MODES if args.modes == ",".join(MODES) else tuple(args.modes.split(","))
+        sizes = "12x768" if args.sizes == "4x256" else args.sizes
+        for size in sizes.split(","):
+            _cuda_table([t for t in tools if t != "minimal"], [m for m in modes if MODES.get(m)], args.steps,
+                        size, args.batch)
+        return
     modes = args.modes.split(",")
     if "no tool" not in modes:
         modes.insert(0, "no tool")

@@ -196,8 +196,9 @@ def test_finite_records_take_the_fast_encoder_and_nonfinite_ones_the_stdlib(monk
     assert calls == [bad] and ("NaN" in text or "Infinity" in text)
 
 
-def test_an_overflowing_norm_reaches_dump_json_as_infinity(tmp_path):
-    """Finite elements whose sum of squares overflows: Norm inf, written as Infinity (not null)."""
+def test_a_norm_beyond_float32_reaches_dump_json_finite(tmp_path):
+    """Finite float32 elements whose sum of squares overflows float32: the Norm is still finite
+    (accumulated in double: issue 37), numpy's, written as a number."""
     dbg = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1", step=[0])
     x = torch.full((64,), 3e38)
     dbg.start()
@@ -206,7 +207,9 @@ def test_an_overflowing_norm_reaches_dump_json_as_infinity(tmp_path):
     dbg.step()
     dbg.close()
     out = load_dump(os.path.join(str(tmp_path), "step0", "rank"))["data"]["Torch.neg.0.forward"]["output"][0]
-    assert out["Max"] == pytest.approx(-3e38) and out["Norm"] == math.inf
+    exp = np.sqrt(np.sum(np.full(64, -3e38, dtype=np.float32).astype(np.float64) ** 2))
+    assert out["Max"] == pytest.approx(-3e38) and out["Norm"] == pytest.approx(exp, rel=1e-12)
+    assert out["Mean"] == pytest.approx(-3e38, rel=1e-7)
 
 
 def _count_value_names(monkeypatch):

@@ -9,7 +9,8 @@ enum { TSP_F32 = 0, TSP_F64 = 1, TSP_F16 = 2, TSP_BF16 = 3, TSP_I8 = 4, TSP_U8 =
 
 /* Picks the float loops for this CPU (allow_simd 0: the baseline ones); returns their name. */
 const char *tsp_stats_init(int allow_simd);
-/* out = [max, min, sum, sum of squares]; 0 all finite, 1 NaN/Inf met, -1 bad dtype or n <= 0 */
+/* out = [max, min, sum, sum of squares]; 0 all finite, 1 NaN/Inf met, -1 bad dtype or n <= 0;
+ * 2 (float64 only): finite values whose sums overflow double, out = [max, min, mean, norm] */
 int tsp_stats(const void *p, int64_t n, int dtype, double *out);
 /* compare.c: metric accumulators of elements [begin, end); sums[10], counts[11] */
 int tsp_compare(const void *g, int gd, const void *t, int td, int64_t begin, int64_t end,

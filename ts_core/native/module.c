@@ -62,7 +62,10 @@ static PyObject *k_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     int code;
     double out[4];
     if (parse_buffer(args, nargs, "row", &p, &n, &code) < 0) return NULL;
-    if (run_stats(p, n, code, out) != 0) Py_RETURN_NONE;
+    int rc = run_stats(p, n, code, out);
+    if (rc == 2)        /* float64 beyond double's sums: mean and norm already (stats.c, rescue_f64) */
+        return Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
+    if (rc != 0) Py_RETURN_NONE;
     /* the same two operations as Python's `total / numel` and `math.sqrt(squares)` */
     return Py_BuildValue("(dddd)", out[0], out[1], out[2] / (double)n, sqrt(out[3]));
 }

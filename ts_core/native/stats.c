@@ -12,6 +12,14 @@
  * statistics do not depend on the CPU that took them. Returns 0 when every value was finite,
  * 1 when a NaN/Inf was met (the caller then uses its exact framework path), -1 for an
  * unsupported dtype code.
+ *
+ * Wide enough for every finite tensor: a block whose float32 sums overflow while its values are
+ * finite (a float32 attention mask filled with finfo.min: 512 * -3.4e38) is summed again in
+ * double, in element order (the rare case pays one more read of 512 values; the common case one
+ * isfinite test per block). Float64 input can overflow even double: then the mean and the norm
+ * are computed again over the whole tensor on values scaled by powers of two (exact), and the
+ * kernel returns 2 with out = [max, min, mean, norm] (the norm is infinite only when the true
+ * norm is beyond the float64 range).
  */
 #include <stdint.h>
 #include <math.h>
@@ -75,9 +83,40 @@ static inline float f16_to_f32(uint16_t h) {
             lmn[l] = lmn[l + w] < lmn[l] ? lmn[l + w] : lmn[l];                        \
         }
 
+/* Block sums of one block again in double, element order, when the T sums overflowed while
+ * max and min are finite (a NaN keeps them finite too: it then still shows in the double sums). */
+#define BLOCK_SUMS(LOAD)                                                               \
+    double bsum = ls[0], bsq = lq[0];                                                  \
+    if (!isfinite(bsum + bsq) && isfinite(lmx[0]) && isfinite(lmn[0])) {               \
+        bsum = 0.0; bsq = 0.0;                                                         \
+        for (int64_t k = 0; k < len; k++) {                                            \
+            double v = (double)LOAD(k);                                                \
+            bsum += v; bsq += v * v;                                                   \
+        }                                                                              \
+    }                                                                                  \
+    sum += bsum; sq += bsq;
+
 #define FINISH(T)                                                                      \
     out[0] = mx; out[1] = mn; out[2] = sum; out[3] = sq;                               \
     return (isfinite(sum) && isfinite(sq) && isfinite(mx) && isfinite(mn)) ? 0 : 1;
+
+/* Float64 input whose double sums overflowed with finite max and min: mean and norm over values
+ * scaled by powers of two (exact for normal numbers; the values the scaling flushes to zero are
+ * below 2^-400, nothing beside the ones that overflowed). Returns 2 (out = max, min, mean,
+ * norm), or 1 when a NaN is there after all. */
+static int rescue_f64(const double *x, int64_t n, double *out) {
+    double s = 0.0, q = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(x[i])) return 1;
+        double a = x[i] * 0x1p-64, b = x[i] * 0x1p-600;
+        s += a; q += b * b;
+    }
+    double mean = isfinite(out[2]) ? out[2] / (double)n : (s / (double)n) * 0x1p64;
+    mean = mean > out[0] ? out[0] : mean < out[1] ? out[1] : mean;    /* a mean lies in [min, max] */
+    out[2] = mean;
+    out[3] = isfinite(out[3]) ? sqrt(out[3]) : sqrt(q) * 0x1p600;
+    return 2;
+}
 
 /* A float kernel over blocks: each block reduced in T (float32 or float64), blocks summed in
  * double. */
@@ -89,7 +128,7 @@ static inline float f16_to_f32(uint16_t h) {
             int64_t len = s + BLOCK < n ? BLOCK : n - s;                               \
             const IN *b = x + s;                                                       \
             BLOCK_REDUCE(T, CONVERT)                                                   \
-            sum += ls[0]; sq += lq[0];                                                 \
+            BLOCK_SUMS(CONVERT)                                                        \
             mx = lmx[0] > mx ? lmx[0] : mx;                                            \
             mn = lmn[0] < mn ? lmn[0] : mn;                                            \
         }                                                                              \
@@ -131,7 +170,7 @@ FLOAT_KERNELS(avx512, ATTR_AVX512)
                 buf[j] = f16_to_f32(h[s + j]);                                         \
             const float *b = buf;                                                      \
             BLOCK_REDUCE(float, LOAD_PLAIN)                                            \
-            sum += ls[0]; sq += lq[0];                                                 \
+            BLOCK_SUMS(LOAD_PLAIN)                                                     \
             mx = lmx[0] > mx ? lmx[0] : mx;                                            \
             mn = lmn[0] < mn ? lmn[0] : mn;                                            \
         }                                                                              \
@@ -222,7 +261,10 @@ int tsp_stats(const void *p, int64_t n, int dtype, double *out) {
     if (n <= 0) return -1;
     switch (dtype) {
     case TSP_F32: return k_f32((const float *)p, n, out);
-    case TSP_F64: return k_f64((const double *)p, n, out);
+    case TSP_F64: {
+        int rc = k_f64((const double *)p, n, out);
+        return rc == 1 && isfinite(out[0]) && isfinite(out[1]) ? rescue_f64((const double *)p, n, out) : rc;
+    }
     case TSP_F16: return k_f16((const uint16_t *)p, n, out);
     case TSP_BF16: return k_bf16((const uint16_t *)p, n, out);
     case TSP_I8: return k_int[0](p, n, out);

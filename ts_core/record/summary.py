@@ -28,6 +28,8 @@ class TensorAdapter(abc.ABC):
     # made on the host now, else None (the general path then runs): the hot path of every recorded
     # call. With `share` the caller only reads the dict: one made for the same tensor unchanged
     # may be returned again.
+    # ``crc32_deferred(tensor)``: ``crc32``, or a device-side handle that ``stats_to_host`` turns
+    # into those 8 hex digits at the flush (no sync now).
     content_key: ClassVar[Optional[Callable[..., Any]]] = None
     host_summary: ClassVar[Optional[Callable[..., Any]]] = None
 
@@ -106,6 +108,7 @@ class TensorAdapter(abc.ABC):
 
 
 _PLAIN = (bool, int, float, str)
+_CRC = "md5"       # a pending entry's "dtype" when its handle is a device-side CRC (8 hex digits at resolve)
 # Statistics already on the host, matched by exact type (a backend's pending device handle may be
 # a tuple subclass). Rows are tuples of floats where the backend can: the GC untracks those.
 HOST_ROW = (list, tuple)
@@ -139,7 +142,7 @@ class Summarizer:
         self.defer = defer
         self.save_tensor = save_tensor       # (value name, host snapshot) -> file name
         self.link_tensor: Optional[Callable[[str, str], str]] = None   # (existing file, value name) -> file
-        self.pending: List[Tuple[dict, Any, str]] = []     # statistics: (summary, handle, dtype)
+        self.pending: List[Tuple[dict, Any, str]] = []     # statistics: (summary, handle, dtype); CRCs: dtype _CRC
         self.pending_xor: List[Tuple[dict, Any]] = []       # xor checksums: (summary, handle)
         self.deferred: List[list] = []       # defer: [summary, device copy, file's value name or None, crc?]
         self.deferred_bytes = 0
@@ -153,6 +156,7 @@ class Summarizer:
         # Exact types the adapter's tensors have (``tensor_types``, optional): tested with one set
         # lookup before the ``is_tensor`` call, on every recorded value.
         self._tensor_types = frozenset(getattr(adapter, "tensor_types", ()))
+        self._crc32 = getattr(adapter, "crc32_deferred", None) or adapter.crc32
         # a host summary still needs ``_content`` (md5 with async_dump: the CRC from a copy)
         self._host_content = summary_mode == "md5" and not self._host_md5
 
@@ -280,7 +284,12 @@ class Summarizer:
                 self._seen[key] = _Seen(weakref.ref(t), None, copy)
             return
         if self.summary_mode == "md5":
-            out["md5"] = ad.crc32(t)       # the adapter keeps the CRCs of unchanged bytes (torch)
+            crc = self._crc32(t)           # the adapter keeps the CRCs of unchanged bytes (torch)
+            if crc is None or type(crc) is str:
+                out["md5"] = crc
+            else:                          # computed on the device: resolved with the statistics
+                out["md5"] = None
+                self.pending.append((out, crc, _CRC))
         file_name = None
         if save:
             if seen is not None and seen.file and self.link_tensor is not None:
@@ -325,6 +334,9 @@ class Summarizer:
             pending = self.pending[:n]
             values = self.adapter.stats_to_host([h for _, h, _ in pending])
             for (out, _, dtype), row in zip(pending, values):
+                if dtype is _CRC:
+                    out["md5"] = row
+                    continue
                 if len(row) > 4:
                     self._fill_shard(out, row)
                     continue

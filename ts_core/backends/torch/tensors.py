@@ -1,16 +1,21 @@
 """How the core summarises torch tensors.
 
-Statistics of a contiguous CPU tensor come from the native one-pass kernel (ts_core.native:
-max, min, sum and sum of squares in one read, accumulated in float32 blocks and float64 across
-blocks) straight into a host row. Other tensors (CUDA, non-contiguous, complex, or holding
-NaN/Inf) take the framework path: one small tensor of statistics on the tensor's device, brought
-to the host in one ``torch.stack(...).tolist()`` per device and dtype per flush, so collecting
-never syncs per tensor."""
+Statistics of a CPU tensor come from the native one-pass kernel (ts_core.native: max, min, sum
+and sum of squares in one read, accumulated in float32 blocks, a block that overflows again in
+double, and float64 across blocks) straight into a host row; one holding NaN/Inf takes the
+framework path. Device tensors (CUDA; any tensor with ``TSPROBE_DEVICE_PATH=1``, the switch tests
+and benchmarks use) take the device path: one Triton launch per tensor for the statistics and one
+for a CRC (device_kernels), or where Triton is missing or fails, torch ops (4 launches for the
+statistics, one more to cast a non-float64 tensor), both writing into a per-device arena of result
+slots (device_arena) that a flush brings to the host in one transfer per device: collecting never
+syncs per tensor. ``TSPROBE_DEVICE_KERNELS=0`` keeps the device path on torch ops."""
 from __future__ import annotations
 
 import ctypes
 import math
+import os
 import sys
+import warnings
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -22,6 +27,7 @@ from ...dumpfmt import UNINITIALIZED, dtensor_block, xor64_of_bytes
 from ...record.summary import HOST_ROW, TensorAdapter
 from .._depth import internal
 from . import uninit
+from .device_arena import STATS_SLOTS, Arenas, Slot
 
 # The only tensor types whose bytes tsprobe reads through their address. Subclasses are wrappers
 # with no bytes of their own (DTensor: a local shard inside; FakeTensor, FunctionalTensor: none at
@@ -29,7 +35,6 @@ from . import uninit
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 SHARED_SUMMARIES = 8         # host_summary(share=True): how many recent summaries may be handed out again
 
-_FLOATS = {torch.float16, torch.bfloat16, torch.float32}
 _NATIVE_CODES = {torch.float32: native.F32, torch.float64: native.F64, torch.float16: native.F16,
                  torch.bfloat16: native.BF16, torch.int8: native.I8, torch.uint8: native.U8,
                  torch.int16: native.I16, torch.int32: native.I32, torch.int64: native.I64,
@@ -160,7 +165,11 @@ class TorchAdapter(TensorAdapter):
         self._crcs: Dict[Any, Tuple[Any, int, Any, int]] = {}      # the same for CRC-32s
         # id(tensor) -> (tensor ref, version, shape, md5?, summary): host_summary's last shared dicts
         self._shared: Dict[int, Tuple[Any, int, Any, bool, dict]] = {}
-        self._native = native.Stats() if native.available() else None
+        # TSPROBE_DEVICE_PATH=1: host tensors too take the device path (tests, benchmarks)
+        self._device_path = os.environ.get("TSPROBE_DEVICE_PATH") == "1"
+        self._native = native.Stats() if native.available() and not self._device_path else None
+        self._arenas = Arenas()
+        self._kernels: Any = None            # device_kernels.DeviceKernels, False when unusable
         self._dtype_names = _DtypeNames()
         # summary_mode md5 (set by the Summarizer): the contiguous copy the statistics made of a
         # non-contiguous tensor is kept for the CRC asked next of the same tensor, one copy, not two
@@ -272,8 +281,50 @@ class TorchAdapter(TensorAdapter):
                 row = self._native.row(t.data_ptr(), n, code)
                 if row is not None:          # NaN/Inf: the framework path propagates them exactly
                     return row
-        with torch.no_grad():
-            return _stats(t)
+        with torch.no_grad(), internal():
+            return self._device_stats(t)
+
+    def _device_kernels(self, t: torch.Tensor) -> Any:
+        """The Triton kernels for `t`, or None: only for CUDA tensors (every tensor with the
+        device path forced), where triton imports, unless ``TSPROBE_DEVICE_KERNELS=0``."""
+        if self._kernels is False or not (t.is_cuda or self._device_path):
+            return None
+        if self._kernels is None:
+            self._kernels = False
+            if os.environ.get("TSPROBE_DEVICE_KERNELS", "1") != "0":
+                try:
+                    from . import device_kernels
+                except ImportError:
+                    return None
+                self._kernels = device_kernels.DeviceKernels(self._arenas)
+        return self._kernels or None
+
+    def _kernel_failed(self, exc: Exception) -> None:
+        """A Triton launch failed: warn once, torch ops from now on (never a crash)."""
+        self._kernels = False
+        warnings.warn(f"tsprobe: the Triton statistics/CRC kernels failed ({type(exc).__name__}: {exc}); "
+                      "statistics take torch ops from now on (about 5 launches per tensor), CRCs the host",
+                      RuntimeWarning, stacklevel=2)
+
+    def _device_stats(self, t: torch.Tensor) -> Slot:
+        """[max, min, mean, norm] of `t` into an arena slot on its device, no sync: one Triton
+        launch, else torch ops in float64."""
+        if t.is_complex():
+            t = t.abs()
+        kernels = self._device_kernels(t)
+        if kernels is not None:
+            try:
+                slot = kernels.stats(t)
+            except Exception as exc:        # a compiler or driver that cannot run it
+                self._kernel_failed(exc)
+            else:
+                if slot is not None:
+                    return slot
+        chunk, off, _ = self._arenas[t.device].take(STATS_SLOTS)
+        f = t if t.dtype == torch.float64 else t.double()     # wide enough for any finite non-float64 tensor
+        mn, mx = torch.aminmax(f)
+        torch.stack((mx, mn, f.mean(), torch.linalg.vector_norm(f)), out=chunk.floats[off:off + 4])
+        return Slot(chunk, off, 0)
 
     def host_summary(self, t: torch.Tensor, md5: bool = False, share: bool = False) -> Optional[dict]:
         """The summary of a contiguous CPU tensor in one call: meta, the native kernel's
@@ -367,6 +418,8 @@ class TorchAdapter(TensorAdapter):
         for i, h in enumerate(handles):
             if type(h) in HOST_ROW:
                 out[i] = h                   # already on the host
+            elif type(h) is Slot:
+                out[i] = h.value()           # an arena slot: one transfer per arena chunk
             else:
                 groups.setdefault((h.device, h.dtype, h.numel()), []).append(i)    # shard rows have 6
         for idx in groups.values():
@@ -378,7 +431,13 @@ class TorchAdapter(TensorAdapter):
 
     def crc32(self, t: torch.Tensor) -> Optional[str]:
         """CRC-32 of the bytes of `t` (a DTensor: of its local shard); None when there are none
-        to read (a traced or freed tensor)."""
+        to read (a traced or freed tensor). A device tensor's is brought to the host now."""
+        crc = self.crc32_deferred(t)
+        return crc if crc is None or type(crc) is str else crc.value()
+
+    def crc32_deferred(self, t: torch.Tensor) -> Any:
+        """``crc32``, except that a device tensor's CRC stays on the device (an arena ``Slot``,
+        which ``stats_to_host`` resolves at the flush): no sync while recording."""
         data = readable(t)
         if data is None:
             return None
@@ -388,7 +447,16 @@ class TorchAdapter(TensorAdapter):
         return self._reuse(self._crcs, data, n, self._crc32) if type(data) in _PLAIN_TYPES \
             else self._crc32(data, n, False)
 
-    def _crc32(self, t: torch.Tensor, n: int, contiguous: bool) -> str:
+    def _crc32(self, t: torch.Tensor, n: int, contiguous: bool) -> Any:
+        """The CRC as 8 hex digits, or for a device tensor an arena ``Slot`` filled on the device
+        (resolved at the flush: 4 bytes cross the bus)."""
+        kernels = self._device_kernels(t) if type(t) in _PLAIN_TYPES else None
+        if kernels is not None:
+            try:
+                with torch.no_grad(), internal():
+                    return kernels.crc32(t.detach())
+            except Exception as exc:
+                self._kernel_failed(exc)
         if contiguous and t.is_cpu:          # the tensor's own bytes, no torch call
             return native.crc32_hex((ctypes.c_ubyte * (n * t.element_size())).from_address(t.data_ptr()))
         kept, self._copy = self._copy, None
@@ -511,18 +579,10 @@ def _sparse_row(t: torch.Tensor) -> Optional[Tuple[float, float, float, float]]:
 
 
 def _stats(t: torch.Tensor) -> torch.Tensor:
+    """[max, min, mean, norm] of a tensor subclass's values with its own ops, in float64: wide
+    enough that a finite non-float64 tensor never gets an infinite Mean or Norm."""
     if t.is_complex():
         t = t.abs()
-    dtype = t.dtype
-    if dtype in _FLOATS:
-        f = t.float()
-    elif dtype == torch.bool:
-        f = t.to(torch.float32)
-    elif t.is_floating_point():
-        f = t.double()
-    else:                                   # integers: exact Max/Min in float64
-        mn, mx = torch.aminmax(t)
-        f = t.double()
-        return torch.stack((mx.double(), mn.double(), f.mean(), torch.linalg.vector_norm(f)))
+    f = t if t.dtype == torch.float64 else t.double()
     mn, mx = torch.aminmax(f)
     return torch.stack((mx, mn, f.mean(), torch.linalg.vector_norm(f)))
