@@ -33,6 +33,7 @@ from ..model_hooks import ModelHook, hooks_of
 from ..dumpfmt import STAT_FIELDS, rank_number, shard_stats, write_fingerprint
 from ..dumpfmt.fingerprint import FINGERPRINT_VERSION
 from ..config import EVERY_STEP
+from ..record.summary import on_accelerator
 from .rules import parse_argv, recorded_env
 
 CRC_LIMIT = 64 * 2**20          # parameters up to this many bytes also get a CRC-32 (a host copy)
@@ -266,7 +267,10 @@ class Recorder:
         dbg = self.debugger()
         if dbg is not None and dbg.open_dump_dir == self.folder and "data" not in self.doc:
             named = _leaves(args, "args", self.adapter.is_tensor) + _leaves(kwargs, "kwargs", self.adapter.is_tensor)
-            self._summarize("data", named, crc=True, defer=dbg.config.async_dump and dbg.in_window)
+            # on an accelerator the batch's statistics wait for stop(): resolving them now would be a
+            # host sync before the forward (async_dump defers everything the same way)
+            defer = dbg.in_window and (dbg.config.async_dump or any(on_accelerator(t) for _, t in named))
+            self._summarize("data", named, crc=True, defer=defer)
             if not self.pending:
                 self.write()        # weights and batch in one write, before the forward runs
         if self.adapter.framework == "pytorch":

@@ -3,7 +3,8 @@
 Backends call ``begin`` when a call starts, ``forward_inputs`` before it runs (so in-place ops
 cannot change what is recorded), ``forward_outputs`` after it, and ``backward`` when its
 gradients arrive. Records wait in memory only until their statistics are resolved, which
-happens in one batch every ``FLUSH_RECORDS`` records or ``FLUSH_SECONDS``.
+happens in one batch every ``FLUSH_RECORDS`` records or ``FLUSH_SECONDS`` -- except statistics
+still on an accelerator, which wait for the step end (one transfer, no sync mid-step).
 """
 from __future__ import annotations
 
@@ -313,13 +314,22 @@ class Collector:
         if self.cfg.async_dump:
             if self._flush_due():
                 self.flush()
-        elif len(self._pending) >= FLUSH_RECORDS or time.monotonic() - self._last_flush > FLUSH_SECONDS:
+        elif (len(self._pending) >= FLUSH_RECORDS or time.monotonic() - self._last_flush > FLUSH_SECONDS) \
+                and not self._device_wait():
             self.flush()            # _flush_due's first case, inlined (once per record)
+
+    def _device_wait(self) -> bool:
+        """Statistics waiting on an accelerator: a flush now would be a host sync in the middle of
+        the step, which makes the GPU's queue drain and the training wait for every record's Python
+        cost. They wait for the step end (its one transfer), as with async_dump, unless too many."""
+        summ = self.summ
+        return summ.on_device and summ.n_pending <= ASYNC_MAX_PENDING
 
     def _flush_due(self) -> bool:
         summ = self.summ
         if not self.cfg.async_dump:
-            return len(self._pending) >= FLUSH_RECORDS or time.monotonic() - self._last_flush > FLUSH_SECONDS
+            return (len(self._pending) >= FLUSH_RECORDS or time.monotonic() - self._last_flush > FLUSH_SECONDS) \
+                and not self._device_wait()
         if summ.deferred_bytes <= ASYNC_MAX_BYTES and summ.n_pending <= ASYNC_MAX_PENDING:
             return False
         if not self._async_warned:
@@ -376,7 +386,7 @@ class _IdleFlusher(threading.Thread):
     def run(self) -> None:
         col = self.collector
         while not self._stop_event.wait(FLUSH_SECONDS / 2):
-            if col.has_pending and time.monotonic() - col._last_flush > FLUSH_SECONDS:
+            if col.has_pending and time.monotonic() - col._last_flush > FLUSH_SECONDS and not col._device_wait():
                 try:
                     col.flush()
                 except Exception:   # never let the helper thread kill the process

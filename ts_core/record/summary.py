@@ -114,6 +114,13 @@ _CRC = "md5"       # a pending entry's "dtype" when its handle is a device-side 
 HOST_ROW = (list, tuple)
 
 
+def on_accelerator(handle: Any) -> bool:
+    """Does a pending statistics handle live on an accelerator (a CUDA tensor, an arena slot on
+    one)? Duck-typed: ``handle.device.type``; the core imports no framework."""
+    device = getattr(handle, "device", None)
+    return getattr(device, "type", "cpu") not in ("cpu", None)
+
+
 class _Seen:
     """A tensor met earlier in this step folder (with async_dump: this flush window),
     unchanged: what was already made of it (its CRC is cached by the adapter, by bytes)."""
@@ -146,6 +153,8 @@ class Summarizer:
         self.pending_xor: List[Tuple[dict, Any]] = []       # xor checksums: (summary, handle)
         self.deferred: List[list] = []       # defer: [summary, device copy, file's value name or None, crc?]
         self.deferred_bytes = 0
+        # a pending handle lives on an accelerator: resolving now would sync it (Collector waits)
+        self.on_device = False
         self._seen: dict = {}                # content key -> _Seen: one step folder (defer: one flush)
         fast = values and summary_mode in ("statistics", "md5")
         self._host_summary: Optional[Callable[..., Optional[dict]]] = \
@@ -252,6 +261,8 @@ class Summarizer:
                 out["Max"] = out["Min"] = out["Mean"] = out["Norm"] = None
                 if handle is not None:
                     self.pending.append((out, handle, out["dtype"]))   # filled by resolve()
+                    if not self.on_device:
+                        self.on_device = on_accelerator(handle)
         out["requires_grad"] = ad.requires_grad(t)
         save = files and self.save_tensor is not None
         if self.summary_mode == "md5" or save:
@@ -290,6 +301,8 @@ class Summarizer:
             else:                          # computed on the device: resolved with the statistics
                 out["md5"] = None
                 self.pending.append((out, crc, _CRC))
+                if not self.on_device:
+                    self.on_device = on_accelerator(crc)
         file_name = None
         if save:
             if seen is not None and seen.file and self.link_tensor is not None:
@@ -343,6 +356,8 @@ class Summarizer:
                 for field, v in zip(STAT_FIELDS, row):
                     out[field] = _typed(v, dtype, field)
             del self.pending[:n]
+            if not self.pending:
+                self.on_device = False
         n = len(self.pending_xor)
         if n:
             pending_xor = self.pending_xor[:n]

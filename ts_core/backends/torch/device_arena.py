@@ -64,6 +64,11 @@ class Slot:
         self.chunk, self.off, self.kind = chunk, off, kind
         chunk.launched(off)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the result waits (the collector holds a mid-step flush that would sync it)."""
+        return self.chunk.ints.device
+
     def value(self) -> Any:
         if self.kind == 0:
             return self.chunk.fetch(self.off + 4)[self.off:self.off + 4].view("float64").tolist()
