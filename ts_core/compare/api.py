@@ -12,6 +12,7 @@ from .align import global_views, layouts
 from .align.matching import default_normalise
 from .errors import DumpFormatError
 from .executor import run_pairs
+from .explain.attribution import attribute
 from .explain.precedence import conclude
 from .explain.ranks import rank_summary
 from .judge.tolerances import DEFAULT_TOLERANCES
@@ -108,8 +109,7 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
     if layout is not None:
         result.options["layout"] = {"rule": layout.rule, "values": layout.counts,
                                     "text": layout.text + _replica_lines(layout)
-                                    + (global_views.attribute(result, layout) if layout.labels
-                                       else layouts.attribute(result, layout.view_side))}
+                                    + attribute(result, layout)}
         if views is not None:
             views.cleanup()
     conclude(result)                # the first divergence and the headline, decided once
