@@ -149,3 +149,15 @@ def test_the_walk_follows_imports_transitively(monkeypatch):
     monkeypatch.setitem(globals(), "edges", lambda m: graph.get(m, []))
     found = upward(f"{PKG}.align.a")
     assert found == f"{PKG}.align.a:3 -> ts_core.helper; ts_core.helper:7 -> {PKG}.report.text"
+
+
+def test_the_architecture_page_states_this_rule():
+    """docs/architecture.md names the same layers as this test, in the paragraph that states
+    the rule (its claim is checked here, not copied)."""
+    doc = open(os.path.join(os.path.dirname(TS_CORE), "docs", "architecture.md"), encoding="utf-8").read()
+    para = doc[doc.index("A stage imports only earlier stages, transitively"):]
+    para = para[:para.index("\n\n")]
+    assert " -> ".join(f"`{s}`" for s in STAGES) in para.replace("->\n", "-> ")
+    for name in BELOW + ABOVE:
+        assert f"`{name}.py`" in para, f"docs/architecture.md's stage rule does not place {name}.py"
+    assert "tests/compare/test_stages.py" in para
