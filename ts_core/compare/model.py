@@ -186,7 +186,7 @@ def count_rows(rows: List[Row]) -> Dict[str, int]:
 class CompareResult:
     """Everything a comparison found. Data only: ``first_divergence`` (the earliest over step/rank
     pairs) and ``verdict`` (the headline) are decided once, after the pairs and the many-rank
-    summary are in, by ``explain.precedence.conclude``; the terminal text is ``report.text``'s."""
+    summary are in, by ``explain.precedence.conclude``; ``str()`` hands it to ``report.text``."""
 
     golden: str
     target: str
@@ -249,3 +249,10 @@ class CompareResult:
         if with_rows:
             d["rows"] = [r.to_dict() for r in self.rows]
         return json.dumps(d, **kw)
+
+    def __str__(self) -> str:
+        """``print(result)``: the terminal summary, rendered by report/text.py. The one import of a
+        later stage in model.py, at render time only (tests/compare/test_stages.py names it)."""
+        from .report.text import terminal_text
+
+        return terminal_text(self)
