@@ -37,6 +37,7 @@ from ts_core.compare import CompareResult, write_outputs  # noqa: E402
 from ts_core.compare.pipeline import Options  # noqa: E402
 from ts_core.compare.executor import Outcome, run_pairs  # noqa: E402
 from ts_core.compare.load.loader import find_dumps, pair_units  # noqa: E402
+from ts_core.compare.explain.precedence import conclude  # noqa: E402
 from ts_core.compare.explain.ranks import rank_summary  # noqa: E402
 
 
@@ -62,6 +63,7 @@ def run(pairs, opts: Options, executor: str, workers: int, scheduler=None) -> di
     result = CompareResult(golden="g", target="t", pairs=results, unpaired_golden=[], unpaired_target=[],
                            tolerances={}, options={})
     result.ranks = rank_summary(result)
+    conclude(result)
     write_outputs(result, Path(out))
     driver = time.perf_counter() - t0
     shutil.rmtree(out)

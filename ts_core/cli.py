@@ -264,7 +264,8 @@ def _add_merge(sub) -> None:
 
 
 def _run_merge(args: argparse.Namespace) -> int:
-    from ts_core.compare.report.merge import index_columns, merge_results, read_merge_config, write_merged
+    from ts_core.compare.api import write_merged
+    from ts_core.compare.report.merge import index_columns, merge_results, read_merge_config
     from ts_core.compare.report.text import terminal_text
 
     folders = list(args.results) + ([args.input_dir] if args.input_dir else [])

@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from ..compare.report.files import csv_value
 from ..dumpfmt import write_text_atomic
+from ..dumpfmt.jsonio import csv_value
 from .result import DETAIL_COLUMNS, RESULT_COLUMNS, SKIP, AccCheckResult
 from ..verdicts import ERROR, PASS, WARNING
 

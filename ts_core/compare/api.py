@@ -7,11 +7,13 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..dumpfmt import write_json_atomic
+from ..dumpfmt import write_json_atomic, write_text_atomic
 from .align import global_views, layouts
 from .align.matching import default_normalise
 from .errors import DumpFormatError
 from .executor import run_pairs
+from .explain.attribution import attribute
+from .explain.precedence import conclude
 from .explain.ranks import rank_summary
 from .judge.tolerances import DEFAULT_TOLERANCES
 from .load.loader import Dump, find_dumps, pair_units
@@ -19,6 +21,7 @@ from .model import CompareResult
 from .pipeline import Options
 from .report.files import write_csv, write_summary
 from .report.html import write_html
+from .report.merge import MERGED_CSV, SUMMARY_JSON, merged_table
 from .report.text import terminal_text
 
 
@@ -106,10 +109,10 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
     if layout is not None:
         result.options["layout"] = {"rule": layout.rule, "values": layout.counts,
                                     "text": layout.text + _replica_lines(layout)
-                                    + (global_views.attribute(result, layout) if layout.labels
-                                       else layouts.attribute(result, layout.view_side))}
+                                    + attribute(result, layout)}
         if views is not None:
             views.cleanup()
+    conclude(result)                # the first divergence and the headline, decided once
     for side, first, rerun in (("golden", golden, golden_rerun), ("target", target, target_rerun)):
         if rerun is not None:
             _check_rerun(result, side, compare(first, rerun, None, rtol=rtol, atol=atol, stats_only=stats_only,
@@ -163,4 +166,15 @@ def write_outputs(result: CompareResult, out: Path, html: bool = True) -> None:
         write_json_atomic(out / RANKS_JSON, result.ranks)
 
 
-__all__ = ["compare", "write_outputs"]
+def write_merged(result: CompareResult, out: os.PathLike | str, apis=None, index=None, html: bool = True) -> None:
+    """``tsprobe merge``'s outputs: compare.csv, summary.json, ranks.json, report.html (as
+    ``tsprobe compare -o``) and merged.csv (report/merge.py's table)."""
+    out = Path(out)
+    table = merged_table(result, apis, index)        # bad index names fail before anything is written
+    write_outputs(result, out, html=html)
+    write_text_atomic(out / MERGED_CSV, table)
+    result.files["merged"] = str(out / MERGED_CSV)
+    write_summary(result, out / SUMMARY_JSON)
+
+
+__all__ = ["compare", "write_outputs", "write_merged"]

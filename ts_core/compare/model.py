@@ -9,9 +9,6 @@ from typing import Any, Dict, List, Optional
 
 from ..dumpfmt import json_safe as _clean
 from ..verdicts import ERROR, PASS, WARNING
-from .explain.precedence import first_divergence
-from .judge.verdict import result_verdict
-from .report.text import terminal_text
 
 
 @dataclass
@@ -187,7 +184,9 @@ def count_rows(rows: List[Row]) -> Dict[str, int]:
 
 @dataclass
 class CompareResult:
-    """Everything a comparison found. ``first_divergence`` is the earliest over step/rank pairs."""
+    """Everything a comparison found. Data only: ``first_divergence`` (the earliest over step/rank
+    pairs) and ``verdict`` (the headline) are decided once, after the pairs and the many-rank
+    summary are in, by ``explain.precedence.conclude``; ``str()`` hands it to ``report.text``."""
 
     golden: str
     target: str
@@ -201,16 +200,12 @@ class CompareResult:
     files: Dict[str, str] = field(default_factory=dict)
     ranks: Dict[str, Any] = field(default_factory=dict)      # many ranks: see ranks.rank_summary
     unreadable: List[str] = field(default_factory=list)      # why each step/rank not compared could not be read
+    first_divergence: Optional[FirstDivergence] = None        # set by explain.precedence.conclude
+    verdict: Optional[str] = None                             # likewise: judge.verdict.result_verdict's
 
     @property
     def rows(self) -> List[Row]:
         return [r for p in self.pairs for r in p.rows]
-
-    @property
-    def first_divergence(self) -> Optional[FirstDivergence]:
-        """The earliest step's first divergence; with many ranks, that of the rank that diverged
-        first (``ranks``), else of the lowest rank."""
-        return first_divergence(self.pairs, self.ranks)
 
     @property
     def diagnosis(self) -> List[Dict[str, Any]]:
@@ -231,14 +226,6 @@ class CompareResult:
     def different_programs(self) -> List["PairResult"]:
         """The step/rank pairs whose dumps do not describe the same program."""
         return [p for p in self.pairs if not p.same_program]
-
-    @property
-    def verdict(self) -> str:
-        """The worst row verdict (a first divergence that is a warning leaves it a warning);
-        ERROR when the dumps describe different programs; at least WARNING when a step/rank
-        has no partner."""
-        return result_verdict(self.counts, bool(self.different_programs),
-                              bool(self.unpaired_golden or self.unpaired_target))
 
     def summary(self) -> dict:
         fd = self.first_divergence
@@ -264,4 +251,8 @@ class CompareResult:
         return json.dumps(d, **kw)
 
     def __str__(self) -> str:
+        """``print(result)``: the terminal summary, rendered by report/text.py. The one import of a
+        later stage in model.py, at render time only (tests/compare/test_stages.py names it)."""
+        from .report.text import terminal_text
+
         return terminal_text(self)

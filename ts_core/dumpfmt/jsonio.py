@@ -163,3 +163,14 @@ def json_safe(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return [json_safe(x) for x in v]
     return v
+
+
+def csv_value(v: Any) -> Any:
+    """A CSV cell (compare.csv, acc-check's CSVs): numbers stay numbers at full precision;
+    NaN/Inf as JSON writes them ("nan", "inf"); lists and dicts as JSON."""
+    if v is None:
+        return ""
+    v = json_safe(v)
+    if isinstance(v, (list, tuple, dict)):
+        return json.dumps(v)
+    return repr(v) if isinstance(v, float) else v

@@ -21,12 +21,12 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ...dumpfmt import DTENSOR, STAT_FIELDS, DumpUnit, is_tensor_summary, parse_key, rank_number
+from ...dumpfmt import DTENSOR, DumpUnit, is_tensor_summary, parse_key, rank_number
 from ...dumpfmt.shards import submesh_groups
 from ..errors import DumpFormatError
 from . import layouts, shard_tensors
 from .layouts import SPLIT, Layout
-from .tiles import MERGED, at as _at, entry_leaf, concat_shape as _concat_shape, leaves as _leaves, set_at as _set
+from .tiles import at as _at, concat_shape as _concat_shape, leaves as _leaves, set_at as _set
 
 GLOBAL = "global"
 
@@ -223,94 +223,3 @@ def plan(golden: List[DumpUnit], target: List[DumpUnit], work_dir: Path, rank_ma
     return Layout(rule, pairs, text, counts, view_side=2, labels=labels,
                   replica_units=[("(golden) ", golden), ("(target) ", target)])
 
-
-# ---------------------------------------------------------------- which rank
-
-def _leaf(cache: Dict[str, Any], view_path: str, key: Optional[str], arg: str) -> Optional[dict]:
-    if view_path not in cache:
-        cache[view_path] = layouts.load_view(Path(view_path))
-    return entry_leaf(cache[view_path]["data"], key, arg)
-
-
-def _odd_ranks(leaves: Dict[str, Optional[dict]]) -> List[str]:
-    """The ranks whose copy parts from the most common one (none when all agree; every rank
-    when no copy is the most common)."""
-    versions: Dict[Tuple, List[str]] = {}
-    for rank, leaf in leaves.items():
-        if leaf is None:
-            continue
-        sig = (tuple(leaf.get("shape") or ()),) + tuple(leaf.get(k) for k in STAT_FIELDS)
-        versions.setdefault(sig, []).append(rank)
-    if len(versions) < 2:
-        return []
-    ordered = sorted(versions.values(), key=len, reverse=True)
-    if len(ordered[0]) == len(ordered[1]):
-        return [r for v in ordered for r in v]       # no majority: every rank is named
-    return [r for v in ordered[1:] for r in v]
-
-
-def attribute(result, layout: Layout) -> List[str]:
-    """Per step, the first divergence and, where its value is a rank's own on a side, the rank
-    of that side whose copy parts from the others."""
-    from ...verdicts import ERROR
-
-    cache: Dict[str, Any] = {}
-    lines = []
-    steps: Dict[Any, list] = {}
-    for p in result.pairs:
-        steps.setdefault(p.step, []).append(p)
-    for step, pairs in sorted(steps.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
-        label = "" if step is None else f"step {step}: "
-        found = []
-        for p in pairs:
-            fd = p.first_divergence
-            if fd is None:
-                continue
-            bad = [r for r in p.rows if r.verdict == ERROR and (r.golden_key == fd.key or r.target_key == fd.target_key)]
-            found.append((min((r.order for r in bad), default=1 << 30), p, fd, bad))
-        if not found:
-            lines.append(f"{label}no divergence on any rank pair (differences within the tolerances, i.e. the "
-                         "reduction-order noise of different parallel layouts)")
-            continue
-        first = min(f[0] for f in found)
-        _, p, fd, _ = next(f for f in found if f[0] == first)
-        bad = sorted((r for f in found if f[2].key == fd.key for r in f[3]), key=lambda r: r.order)    # every pair's
-        named = []
-        for row in bad:
-            for side, idx, key in (("golden", 0, row.golden_key), ("target", 1, row.target_key)):
-                views = {u[idx].rank: str(u[idx].json_path) for u in layout.pairs if u[idx].step == step}
-                leaves = {r: _leaf(cache, v, key, row.arg) for r, v in views.items()}
-                if any(x is None or x.get("layout") == MERGED for x in leaves.values()):
-                    continue
-                odd = _odd_ranks(leaves)
-                if odd:         # the side's copies differ: the ranks met only in pairs where this value fails
-                    fails = {q.rank.split("/")[idx] for q in pairs
-                             if any(r.name == row.name and r.verdict == ERROR for r in q.rows)}
-                    passes = {q.rank.split("/")[idx] for q in pairs} - fails
-                    odd = sorted(fails - passes, key=lambda x: rank_number(x) or 0) or odd
-                if odd:
-                    named.append(f"{side} {', '.join(odd)} ({row.name}, that rank's own value, differs from "
-                                 f"the other {side} ranks')")
-            if named:
-                break
-        if named:
-            lines.append(f"{label}first divergence {fd.key} on {named[0]}")
-            continue
-        for row in sorted(bad, key=lambda r: r.order):       # task tensor: the shard that differs
-            for view, other, vkey, okey, side in ((p.target, p.golden, row.target_key, row.golden_key, "target"),
-                                                  (p.golden, p.target, row.golden_key, row.target_key, "golden")):
-                found = shard_tensors.name_shards(
-                    _leaf(cache, view, vkey, row.arg), _leaf(cache, other, okey, row.arg),
-                    Path(other).parent / "dump_tensor_data", cache[other].get("dump_data_dir"))
-                if found:
-                    named.append(f"{side} " + shard_tensors.shards_text(found, row.name))
-                    break
-            if named:
-                break
-        if named:
-            lines.append(f"{label}first divergence {fd.key} on a value merged across ranks, on {named[0]}")
-        else:
-            lines.append(f"{label}first divergence {fd.key} (pair {p.rank}): on a value merged across ranks or "
-                         "alike on every rank of a side: the rank is not known from statistics; a task tensor dump "
-                         "names the rank whose shard differs")
-    return lines

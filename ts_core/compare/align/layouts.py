@@ -37,7 +37,7 @@ from ...dumpfmt import DTENSOR, STAT_FIELDS, DumpUnit, is_tensor_summary, merge_
 from ...dumpfmt.shards import submesh_groups
 from ..errors import DumpFormatError
 from . import shard_tensors
-from .tiles import MERGED, at as _at, entry_leaf, concat_shape as _concat_shape, leaves as _leaves, set_at as _set, \
+from .tiles import MERGED, at as _at, concat_shape as _concat_shape, leaves as _leaves, set_at as _set, \
     tile_dim as _tile_dim
 
 SAME, SPLIT = "same-batch", "split-batch"
@@ -436,86 +436,3 @@ def _write_view(doc: dict, view: Dict[str, Any], unit: DumpUnit, out: Path) -> D
         json.dump({**header, "data": view}, f)
     return DumpUnit(unit.step, unit.rank, out / "dump.json")
 
-
-# ---------------------------------------------------------------- the verdict, per rank
-
-def _merged_row(view_path: str, key: str, arg: str) -> bool:
-    try:
-        data = load_view(Path(view_path))["data"]
-    except DumpFormatError:
-        return False
-    leaf = entry_leaf(data, key, arg)
-    return bool(leaf) and leaf.get("layout") == MERGED
-
-
-def tensor_named(pairs: list, fd: Any, view_side: int, rows: list) -> Optional[str]:
-    """Task tensor: the ranks whose shard of a failing merged value differs from the other run's
-    global tensor in their region (shard_tensors.bad_regions), in words; None when that cannot be
-    told (statistics only, or a value without regions)."""
-    docs: Dict[str, dict] = {}
-
-    def doc(path: str) -> dict:
-        if path not in docs:
-            docs[path] = load_view(Path(path))
-        return docs[path]
-    for p in pairs:
-        view, other = (p.target, p.golden) if view_side else (p.golden, p.target)
-        for row in sorted(rows, key=lambda r: r.order):
-            vkey, okey = (row.target_key, row.golden_key) if view_side else (row.golden_key, row.target_key)
-            leaf = entry_leaf(doc(view)["data"], vkey or fd.key, row.arg)
-            ref = entry_leaf(doc(other)["data"], okey or fd.key, row.arg)
-            bad = shard_tensors.name_shards(leaf, ref, Path(other).parent / "dump_tensor_data",
-                                            doc(other).get("dump_data_dir"))
-            if bad:
-                return shard_tensors.shards_text(bad, row.name)
-    return None
-
-
-def attribute(result, view_side: int = 1) -> List[str]:
-    """Lines naming, per step, the first divergence and the rank it belongs to: a rank whose
-    first failing value is its own (not merged across ranks) and that comes first."""
-    from ...verdicts import ERROR
-
-    lines = []
-    steps: Dict[Any, list] = {}
-    for p in result.pairs:
-        steps.setdefault(p.step, []).append(p)
-    for step, pairs in sorted(steps.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
-        found = []
-        for p in pairs:
-            fd = p.first_divergence
-            if fd is None:
-                continue
-            bad = [row for row in p.rows if row.verdict == ERROR and (row.target_key or row.golden_key)
-                   and (row.golden_key == fd.key or row.target_key == fd.target_key)]
-            view = p.target if view_side else p.golden
-            vkey = (lambda row: row.target_key or fd.key) if view_side else (lambda row: row.golden_key or fd.key)
-            own = [row for row in bad if not _merged_row(view, vkey(row), row.arg)]
-            order = min((row.order for row in bad), default=1 << 30)
-            found.append((0 if own else 1, order, p.rank, fd, own[0].name if own else None))
-        label = "" if step is None else f"step {step}: "
-        if not found:
-            lines.append(f"{label}no divergence on any rank (differences within the tolerances, i.e. the "
-                         "reduction-order noise of a different parallel layout)")
-            continue
-        found.sort(key=lambda x: (x[1], x[0]))
-        first = found[0]
-        alike = [f[2] for f in found if f[0] == 0 and f[1] == first[1] and f[3].key == first[3].key]
-        if first[0] == 0 and len(alike) > 1:        # every such rank's own copy differs: no one rank to blame
-            lines.append(f"{label}first divergence {first[3].key} on {', '.join(alike)} ({first[4]}, each rank's own "
-                         "value, differs on each of them)")
-            continue
-        if first[0] == 0:
-            lines.append(f"{label}first divergence {first[3].key} on {first[2]} ({first[4]}, that rank's own value)")
-            continue
-        fd = first[3]
-        rows = [r for p in pairs for r in p.rows if r.verdict == ERROR
-                and (r.golden_key == fd.key or (r.target_key and r.target_key == fd.target_key))]
-        named = tensor_named([p for p in pairs if p.first_divergence is not None], fd, view_side, rows)
-        if named:
-            lines.append(f"{label}first divergence {fd.key} on a value merged across ranks, on {named}")
-        else:
-            lines.append(f"{label}first divergence {fd.key} on a value merged across ranks: "
-                         f"the rank is not known from statistics ({', '.join(sorted({f[2] for f in found}))} see it); "
-                         "a task tensor dump names the rank whose shard differs")
-    return lines

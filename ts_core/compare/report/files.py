@@ -7,21 +7,12 @@ from pathlib import Path
 from typing import Any, List, Sequence
 
 from ...dumpfmt import json_safe
+from ...dumpfmt.jsonio import csv_value
 from ..model import CSV_COLUMNS, CompareResult, Row
 from .heatmap import heatmap
 from .tree import trees
 
 __all__ = ["write_csv", "write_summary", "csv_value"]
-
-
-def csv_value(v: Any) -> Any:
-    """Numbers stay numbers at full precision; NaN/Inf as JSON writes them ("nan", "inf")."""
-    if v is None:
-        return ""
-    v = json_safe(v)
-    if isinstance(v, (list, tuple, dict)):
-        return json.dumps(v)
-    return repr(v) if isinstance(v, float) else v
 
 
 FIRST_DIVERGENCE_COLUMN = "first_divergence"

@@ -2,7 +2,8 @@
 ``tsprobe compare``, e.g. one per node) merged into one: compare.csv, summary.json with the
 many-rank summary (ranks.json), report.html, and merged.csv, msprobe's merge table: one row per
 compared value of the chosen APIs, one column per rank and metric (msprobe ``merge_result``'s
-``api`` and ``compare_index``; its config yaml is read as is).
+``api`` and ``compare_index``; its config yaml is read as is). The writing is ``api.write_merged``'s:
+a report stage never imports the API above it.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from ...dumpfmt import DumpFormatError, read_json, write_text_atomic
+from ...dumpfmt import DumpFormatError, read_json
+from ..explain.precedence import conclude
 from ..explain.ranks import is_collective, rank_summary
 from ..model import CSV_COLUMNS, CompareResult, FirstDivergence, PairResult, Row
 from .files import csv_value
@@ -97,10 +99,10 @@ def load_result(folder: "os.PathLike | str") -> CompareResult:
             note=p.get("note", ""), counts=p.get("counts", {}), modes=p.get("modes", []),
             warnings=p.get("warnings", []), timeline=p.get("timeline", {}), programs=p.get("programs", {}),
             diagnosis=p.get("diagnosis", [])))
-    return CompareResult(golden=summary.get("golden", ""), target=summary.get("target", ""), pairs=pairs,
-                         unpaired_golden=summary.get("unpaired_golden", []),
-                         unpaired_target=summary.get("unpaired_target", []),
-                         tolerances=summary.get("tolerances", {}), options=summary.get("options", {}))
+    return conclude(CompareResult(golden=summary.get("golden", ""), target=summary.get("target", ""), pairs=pairs,
+                                  unpaired_golden=summary.get("unpaired_golden", []),
+                                  unpaired_target=summary.get("unpaired_target", []),
+                                  tolerances=summary.get("tolerances", {}), options=summary.get("options", {})))
 
 
 def merge_results(folders: Sequence["os.PathLike | str"]) -> CompareResult:
@@ -124,7 +126,7 @@ def merge_results(folders: Sequence["os.PathLike | str"]) -> CompareResult:
         unpaired_target=[u for r in results for u in r.unpaired_target],
         tolerances=results[0].tolerances if results else {}, options=results[0].options if results else {})
     merged.ranks = rank_summary(merged)
-    return merged
+    return conclude(merged)
 
 
 def _rank_no(rank: str):
@@ -193,18 +195,5 @@ def read_merge_config(path: "os.PathLike | str") -> Dict[str, List[str]]:
     return {"api": [str(a) for a in cfg.get("api") or []], "compare_index": [str(c) for c in cfg.get("compare_index") or []]}
 
 
-def write_merged(result: CompareResult, out: "os.PathLike | str", apis=None, index=None, html: bool = True) -> None:
-    """compare.csv, summary.json, ranks.json, report.html (as ``tsprobe compare -o``) and merged.csv."""
-    from ..api import write_outputs
-    from .files import write_summary
-
-    out = Path(out)
-    table = merged_table(result, apis, index)        # bad index names fail before anything is written
-    write_outputs(result, out, html=html)
-    write_text_atomic(out / MERGED_CSV, table)
-    result.files["merged"] = str(out / MERGED_CSV)
-    write_summary(result, out / SUMMARY_JSON)
-
-
-__all__ = ["find_results", "load_result", "merge_results", "merged_table", "read_merge_config", "write_merged",
-           "MSPROBE_INDEX"]
+__all__ = ["find_results", "load_result", "merge_results", "merged_table", "read_merge_config", "MSPROBE_INDEX",
+           "MERGED_CSV", "SUMMARY_JSON"]
