@@ -132,6 +132,21 @@ def test_calls_msprobe_does_not_record_are_counted_apart(dumps, arch):
         assert "msprobe does not record" in str(r)
 
 
+def test_calls_inside_torchs_optimizer_that_only_msprobe_records_are_counted_apart(dumps):
+    """The SGD step runs inside the dumped window: msprobe records its per-parameter ``add_``,
+    tsprobe leaves torch.optim's internals unrecorded. Those msprobe-only calls are counted apart
+    (one per parameter here) and said in one line, never "only in golden"."""
+    ts, ms = dumps[("gpt2", "L1", "md5")]
+    only_ms = {k for k in set(_data(ms)) - set(_data(ts)) if k.endswith(".forward")}
+    n_params = sum(1 for _ in build("gpt2")[0].parameters())
+    assert only_ms and all(k.startswith("Tensor.add_.") for k in only_ms) and len(only_ms) == n_params, only_ms
+    for golden, target in ((ms, ts), (ts, ms)):
+        r = compare(golden, target, verbose=False)
+        assert r.counts["optimizer_internal_msprobe"] == n_params
+        assert r.counts["unmatched_golden"] == r.counts["unmatched_target"] == 0
+        assert any(w.startswith(f"{n_params} calls inside torch's optimizer step") for w in r.pairs[0].warnings)
+
+
 def test_a_planted_bug_is_still_found_against_msprobe(dumps, tmp_path):
     """The conventions hide nothing: Llama's output projection scaled by 1.01 on tsprobe's side."""
     ms = dumps[("llama", "L1", "md5")][1]

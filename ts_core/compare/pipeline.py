@@ -146,6 +146,8 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
                        target_parents=td.construct, facts=facts)
     not_recorded, line = msprobe_pairs.mark_not_recorded(seqs, gd, td)
     notes += [line] if line else []
+    optimizer_internal, line = msprobe_pairs.mark_optimizer_internals(seqs, gd, td)
+    notes += [line] if line else []
     step = golden.step if golden.step is not None else target.step
     rank = golden.rank or target.rank
     bar = Progress(sum(len(s) for s in seqs), f"compare {golden.label}", progress)
@@ -172,11 +174,15 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
         note += f"; {lone} calls have no partner on the other side and were not compared"
     matched = sum(1 for seq in seqs for cp in seq if cp.golden and cp.target)
     # calls msprobe does not record are counted apart, not as "only in" the other side
-    only_g = sum(1 for s in seqs for cp in s if cp.target is None) - (not_recorded if td.msprobe else 0)
-    only_t = sum(1 for s in seqs for cp in s if cp.golden is None) - (not_recorded if gd.msprobe else 0)
+    # and so are the calls inside torch's optimizer that only msprobe records
+    only_g = sum(1 for s in seqs for cp in s if cp.target is None) - (not_recorded if td.msprobe else 0) \
+        - (optimizer_internal if gd.msprobe else 0)
+    only_t = sum(1 for s in seqs for cp in s if cp.golden is None) - (not_recorded if gd.msprobe else 0) \
+        - (optimizer_internal if td.msprobe else 0)
     counts = {"records_golden": len(gcalls), "records_target": len(tcalls), "matched": matched,
               "unmatched_golden": only_g, "unmatched_target": only_t,
               **({"not_recorded_by_msprobe": not_recorded} if not_recorded else {}),
+              **({"optimizer_internal_msprobe": optimizer_internal} if optimizer_internal else {}),
               "rows": len(rows), **count_rows(rows)}
     modes = sorted({r.mode for r in rows if r.mode in ("tensor", "statistics", "md5")})
     notes += [f"{side} dump: {n}" for side, d in (("golden", gd), ("target", td)) for n in d.notes]

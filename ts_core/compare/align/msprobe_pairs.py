@@ -43,6 +43,39 @@ def prepare(gd: Any, td: Any) -> List[str]:
     return notes
 
 
+OPTIMIZER_INTERNAL = ("a call torch's optimizer (or gradient clipping) makes inside its step: msprobe records it, "
+                      "tsprobe runs it unrecorded as framework machinery")
+_MACHINERY_FRAMES = ("/torch/optim/", "/torch/nn/utils/clip_grad.py")
+
+
+def mark_optimizer_internals(seqs: List[List[CallPair]], gd: Any, td: Any) -> Tuple[int, str]:
+    """Mark the calls alone on the msprobe side that torch's optimizer made (msprobe's construct
+    parent "optimizer", or a frame of torch.optim / clip_grad on its stack) as harmless: tsprobe
+    leaves torch's optimizer internals unrecorded (their choice of kernels is per device). Returns
+    how many and the one line that says so ("" when none)."""
+    if not one_msprobe(gd, td):
+        return 0, ""
+    ms = gd if gd.msprobe else td
+    names: Counter = Counter()
+    for seq in seqs:
+        for cp in seq:
+            alone = cp.golden if gd.msprobe else cp.target
+            other = cp.target if gd.msprobe else cp.golden
+            if other is not None or alone is None or alone.kind != "api" or alone.members:
+                continue
+            forward = parse_key(alone.key).forward_key
+            by_optimizer = ms.construct.get(forward) == "optimizer" or any(
+                m in frame for frame in ms.stacks.get(forward, ()) for m in _MACHINERY_FRAMES)
+            if by_optimizer:
+                cp.harmless = OPTIMIZER_INTERNAL
+                names[_api(alone.key)[1]] += 1
+    n = sum(names.values())
+    if not n:
+        return 0, ""
+    top = ", ".join(a for a, _ in names.most_common(4)) + (", ..." if len(names) > 4 else "")
+    return n, f"{n} calls inside torch's optimizer step that msprobe records and tsprobe does not ({top}): not compared"
+
+
 def mark_not_recorded(seqs: List[List[CallPair]], gd: Any, td: Any) -> Tuple[int, str]:
     """Mark the calls alone on the tsprobe side that msprobe does not record as harmless;
     returns how many and the one line that says so ("" when none)."""
@@ -108,4 +141,5 @@ def _api(key: str) -> Tuple[str, str]:
     return info.prefix, info.api_name
 
 
-__all__ = ["NOT_RECORDED", "mark_not_recorded", "one_msprobe", "prepare"]
+__all__ = ["NOT_RECORDED", "OPTIMIZER_INTERNAL", "mark_not_recorded", "mark_optimizer_internals", "one_msprobe",
+           "prepare"]
