@@ -36,9 +36,16 @@ RUNS = [(a, lv, "md5") for a in ARCHS for lv in LEVELS] + [("gpt2", "L1", "stati
 
 
 def _ts(root: str, arch: str, level: str, mode: str, scale_head: float = 1.0) -> str:
-    dbg = PrecisionDebugger(dump_path=root, task="statistics", level=level, step=[0], summary_mode=mode)
-    one_step(dbg, arch, scale_head)
-    dbg.close()
+    """tsprobe's dump, on one thread as msprobe's runs (OMP_NUM_THREADS=1 below): a reduction
+    split over another number of threads (layer_norm's weight gradient) differs in the last bits."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        dbg = PrecisionDebugger(dump_path=root, task="statistics", level=level, step=[0], summary_mode=mode)
+        one_step(dbg, arch, scale_head)
+        dbg.close()
+    finally:
+        torch.set_num_threads(threads)
     return root
 
 
@@ -82,7 +89,11 @@ def test_the_same_run_dumped_by_msprobe_and_tsprobe_passes_both_ways(dumps, arch
         bad = [(x.golden_key, x.target_key, x.arg, x.reason) for x in r.rows if x.verdict != "pass"]
         assert r.verdict == "pass" and not bad and r.first_divergence is None, bad[:5]
         assert r.counts["unmatched_golden"] == r.counts["unmatched_target"] == 0
-        assert r.counts["matched"] > 100
+        # every call of either side is paired, but those the other tool does not record
+        ts_calls, ms_calls = (r.counts["records_target"], r.counts["records_golden"]) if golden == ms else \
+            (r.counts["records_golden"], r.counts["records_target"])
+        assert r.counts["matched"] == ts_calls - r.counts.get("not_recorded_by_msprobe", 0) \
+            == ms_calls - r.counts.get("optimizer_internal_msprobe", 0) > 50
         # checksums were compared: at L1 every forward row before the optimizer step is bitwise equal
         assert sum(1 for x in r.rows if x.reason.startswith("bitwise equal")) > 100
 
