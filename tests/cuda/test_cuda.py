@@ -14,7 +14,6 @@ import socket
 
 import pytest
 
-os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")     # deterministic cuBLAS, before CUDA starts
 torch = pytest.importorskip("torch")
 
 from ts_core.compare import compare  # noqa: E402
@@ -28,6 +27,13 @@ LEVELS, MODES = ("L0", "L1", "mix"), ("statistics", "md5", "tensor")
 # every level x mode once, dropout and deterministic algorithms each on and off across them
 CASES = [(lv, md, drop, det) for (lv, md), (drop, det) in
          zip(itertools.product(LEVELS, MODES), itertools.cycle([(0.0, True), (0.1, True), (0.0, False), (0.1, False)]))]
+
+
+@pytest.fixture(autouse=True)
+def _deterministic_cublas(monkeypatch):
+    """Deterministic cuBLAS for these tests only (set at import, it leaked into every later test
+    of the session: config-check's environment tests then saw it on both sides)."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8"))
 
 
 def _data(root: str) -> dict:
