@@ -28,7 +28,15 @@ class _OnAccelerator:
         self.inner = inner
 
 
-class _AcceleratorAdapter(TorchAdapter):
+class _DevicePath(TorchAdapter):
+    """Every tensor on the device path (no native host rows), whatever this session loaded."""
+
+    def __init__(self):
+        super().__init__()
+        self._native = None
+
+
+class _AcceleratorAdapter(_DevicePath):
     resolves_mid_step = 0
     in_step = False
 
@@ -43,7 +51,6 @@ class _AcceleratorAdapter(TorchAdapter):
 
 
 def _run(path, adapter, monkeypatch):
-    monkeypatch.setenv("TSPROBE_NATIVE", "0")            # every tensor takes the device path
     monkeypatch.setattr(TorchBackend, "adapter_class", adapter)
     monkeypatch.setattr(collector, "FLUSH_RECORDS", 1)    # a flush would be due after every record
     monkeypatch.setattr(collector, "FLUSH_SECONDS", 0.0)
@@ -67,14 +74,14 @@ def _run(path, adapter, monkeypatch):
 def test_statistics_on_an_accelerator_wait_for_the_step_end_and_lose_nothing(tmp_path, monkeypatch):
     waited = _run(tmp_path / "accelerator", _AcceleratorAdapter, monkeypatch)
     assert _AcceleratorAdapter.resolves_mid_step == 0
-    plain = _run(tmp_path / "host", TorchAdapter, monkeypatch)
+    plain = _run(tmp_path / "host", _DevicePath, monkeypatch)
     assert waited == plain and len(plain) > 5                # same records, same values
 
 
 def test_host_handles_are_flushed_as_they_come(tmp_path, monkeypatch):
     class _Counting(_AcceleratorAdapter):                      # host handles: the usual flushes
         def stats(self, t):
-            return TorchAdapter.stats(self, t)
+            return _DevicePath.stats(self, t)
     _run(tmp_path / "host", _Counting, monkeypatch)
     assert _AcceleratorAdapter.resolves_mid_step > 0         # the rule above is what holds them
 
