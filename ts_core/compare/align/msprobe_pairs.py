@@ -4,7 +4,7 @@ counted apart and said in one line each, never reported as differences."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, List, Tuple
+from typing import Any, Callable, List, Tuple
 
 from ...dumpfmt import BACKWARD, INPUT, STAT_FIELDS, is_tensor_summary, parse_key
 from ..load.msprobe_api import LOW_RISK, msprobe_records
@@ -56,24 +56,14 @@ def mark_optimizer_internals(seqs: List[List[CallPair]], gd: Any, td: Any) -> Tu
     if not one_msprobe(gd, td):
         return 0, ""
     ms = gd if gd.msprobe else td
-    names: Counter = Counter()
-    for seq in seqs:
-        for cp in seq:
-            alone = cp.golden if gd.msprobe else cp.target
-            other = cp.target if gd.msprobe else cp.golden
-            if other is not None or alone is None or alone.kind != "api" or alone.members:
-                continue
-            forward = parse_key(alone.key).forward_key
-            by_optimizer = ms.construct.get(forward) == "optimizer" or any(
-                m in frame for frame in ms.stacks.get(forward, ()) for m in _MACHINERY_FRAMES)
-            if by_optimizer:
-                cp.harmless = OPTIMIZER_INTERNAL
-                names[_api(alone.key)[1]] += 1
-    n = sum(names.values())
-    if not n:
-        return 0, ""
-    top = ", ".join(a for a, _ in names.most_common(4)) + (", ..." if len(names) > 4 else "")
-    return n, f"{n} calls inside torch's optimizer step that msprobe records and tsprobe does not ({top}): not compared"
+
+    def by_optimizer(key: str) -> bool:
+        forward = parse_key(key).forward_key
+        return ms.construct.get(forward) == "optimizer" or any(
+            m in frame for frame in ms.stacks.get(forward, ()) for m in _MACHINERY_FRAMES)
+    names = _mark_lone(seqs, msprobe_side=True, golden_is_ms=bool(gd.msprobe), harmless=by_optimizer,
+                       why=OPTIMIZER_INTERNAL)
+    return _counted(names, "calls inside torch's optimizer step that msprobe records and tsprobe does not")
 
 
 def mark_not_recorded(seqs: List[List[CallPair]], gd: Any, td: Any) -> Tuple[int, str]:
@@ -84,26 +74,42 @@ def mark_not_recorded(seqs: List[List[CallPair]], gd: Any, td: Any) -> Tuple[int
     ms = gd if gd.msprobe else td
     low_risk_too = any(parse_key(k).kind == "api" and _api(k)[1] in LOW_RISK and msprobe_records(*_api(k), True)
                        for k in ms.data)      # made with risk_level ALL
+
+    def unrecorded(key: str) -> bool:
+        info = parse_key(key)
+        # a call that returns its input (dropout in eval) creates no node for msprobe's hook
+        no_node = info.direction == BACKWARD and key not in ms.data \
+            and _returns_input(ms.data.get(info.forward_key))
+        return not msprobe_records(*_api(key), low_risk_too) or no_node
+    names = _mark_lone(seqs, msprobe_side=False, golden_is_ms=bool(gd.msprobe), harmless=unrecorded,
+                       why=NOT_RECORDED)
+    return _counted(names, "calls msprobe does not record")
+
+
+def _mark_lone(seqs: List[List[CallPair]], msprobe_side: bool, golden_is_ms: bool,
+               harmless: Callable[[str], bool], why: str) -> Counter:
+    """Mark as harmless (`why`) the API calls alone on one side (msprobe's or tsprobe's) for
+    which `harmless(key)` holds; returns their API names, counted."""
     names: Counter = Counter()
+    alone_is_golden = golden_is_ms == msprobe_side
     for seq in seqs:
         for cp in seq:
-            alone = cp.target if gd.msprobe else cp.golden
-            other = cp.golden if gd.msprobe else cp.target
+            alone, other = (cp.golden, cp.target) if alone_is_golden else (cp.target, cp.golden)
             if other is not None or alone is None or alone.kind != "api" or alone.members:
                 continue
-            prefix, api = _api(alone.key)
-            info = parse_key(alone.key)
-            # a call that returns its input (dropout in eval) creates no node for msprobe's hook
-            no_node = info.direction == BACKWARD and alone.key not in ms.data \
-                and _returns_input(ms.data.get(info.forward_key))
-            if not msprobe_records(prefix, api, low_risk_too) or no_node:
-                cp.harmless = NOT_RECORDED
-                names[api] += 1
+            if harmless(alone.key):
+                cp.harmless = why
+                names[_api(alone.key)[1]] += 1
+    return names
+
+
+def _counted(names: Counter, what: str) -> Tuple[int, str]:
+    """How many, and the one line "N <what> (a, b, c, d, ...): not compared" ("" when none)."""
     n = sum(names.values())
     if not n:
         return 0, ""
     top = ", ".join(a for a, _ in names.most_common(4)) + (", ..." if len(names) > 4 else "")
-    return n, f"{n} calls msprobe does not record ({top}): not compared"
+    return n, f"{n} {what} ({top}): not compared"
 
 
 def _returns_input(forward: Any) -> bool:
