@@ -4,11 +4,13 @@
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .config import DebuggerConfig, build_config
-from .debugger import PrecisionDebugger
 from .errors import AnomalyError, ConfigError, DumpWriteError
+
+if TYPE_CHECKING:
+    from .config import DebuggerConfig, build_config
+    from .debugger import PrecisionDebugger
 
 __all__ = ["PrecisionDebugger", "seed_all", "compare", "compare_npy_dir", "AnomalyError", "ConfigError",
            "DumpWriteError", "DebuggerConfig", "build_config", "migrator", "save", "save_grad",
@@ -45,6 +47,8 @@ def module_dump_end() -> None:
 
 
 def _current_debugger(fn: str) -> PrecisionDebugger:
+    from .debugger import PrecisionDebugger
+
     dbg = PrecisionDebugger.current()
     if dbg is None:
         raise RuntimeError(f"{fn}() needs a PrecisionDebugger: create one first "
@@ -52,7 +56,16 @@ def _current_debugger(fn: str) -> PrecisionDebugger:
     return dbg
 
 
+# Loaded on first use, so that `tsprobe compare` and other offline commands do not pay for the
+# dump side (config, debugger, backends): about a tenth of a second at every start.
+_LAZY = {"PrecisionDebugger": ".debugger", "DebuggerConfig": ".config", "build_config": ".config"}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     if name == "compare":
         import importlib
 

@@ -1,7 +1,6 @@
 """Exceptions users see: each names what to change."""
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 import sysconfig
@@ -39,6 +38,8 @@ class UnknownKeyError(ConfigError):
 def unknown_key(name: str, known: Iterable[str]) -> ConfigError:
     """The error for a config key nobody reads: "did you mean 'level'?" when a known key is close,
     the list of known keys only when none is."""
+    import difflib
+
     near = difflib.get_close_matches(name, sorted(known), n=1)
     hint = f"did you mean '{near[0]}'?" if near else f"known keys: {', '.join(sorted(known))}"
     return UnknownKeyError(name, "(unknown key)", hint)

@@ -58,3 +58,43 @@ def test_other_dtypes_take_the_numpy_path():
     assert M._compare_native(g, g.copy(), 1e-3, 1e-3, True, M.CHUNK) is None
     m = M.compare_arrays(g, g.copy(), 1e-3, 1e-3)
     assert m.allclose_ratio == 1.0 and m.worst_index is None
+
+
+def _maxima_case(kind):
+    """Pairs built so that the kernel's maxima (max relative error, worst element) move in every
+    vector, never, on ties, at a zero golden, in subnormals, or where float64 squares overflow."""
+    n = 5003
+    i = np.arange(n, dtype=np.float64)
+    g = np.linspace(1.0, 2.0, n)
+    if kind == "rising":                       # every element beats the one before
+        t = g + 1e-6 * (i + 1)
+    elif kind == "falling":                    # only the first elements improve anything
+        t = g + 1e-6 * (n - i)
+    elif kind == "ties":                       # the same score everywhere: the first wins
+        g = np.ones(n)
+        t = g + 1e-3
+    elif kind == "zero_golden_late":           # relative error inf at an element near the end
+        t = g + 1e-7
+        g[n - 7], t[n - 7] = 0.0, 1e-9
+    elif kind == "subnormal":
+        g = np.full(n, 4e-320)
+        t = g + 5e-324 * (i % 3)
+    else:                                      # "huge": float64 squares overflow, the scalar loop takes over
+        g = np.full(n, 1e200)
+        t = g * (1 + 1e-9 * (i % 5))
+    return np.ascontiguousarray(g), np.ascontiguousarray(t)
+
+
+@pytest.mark.parametrize("kind", ["rising", "falling", "ties", "zero_golden_late", "subnormal", "huge"])
+@pytest.mark.parametrize("rtol,atol", [(1e-4, 1e-5), (0.0, 0.0)])
+def test_native_maxima_equal_numpy(kind, rtol, atol):
+    g, t = _maxima_case(kind)
+    for gd, td in ((np.float64, np.float64), (np.float32, np.float32)):
+        with np.errstate(over="ignore", under="ignore"):       # "huge": the squares overflow on purpose
+            ga, ta = g.astype(gd), t.astype(td)
+            native_result = M._compare_native(ga, ta, rtol, atol, True, M.CHUNK)
+            assert native_result is not None
+            a, b = native_result.result(ga.shape), _numpy_reference(ga, ta, rtol, atol, True, M.CHUNK)
+        for field in ("max_rel_err", "max_abs_err", "worst_index", "worst_golden", "worst_target",
+                      "allclose_ratio", "within_0_1pct", "within_0_5pct"):
+            assert getattr(a, field) == getattr(b, field), (kind, gd, field)

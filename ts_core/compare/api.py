@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -71,11 +70,15 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
         raise DumpFormatError(f"--rank-map {rank_map}: applies to a 1-rank dump against a many-rank one, or N "
                               f"ranks against M; {golden} has {_labels(g_units)}, {target} has {_labels(t_units)}")
     if many and (rank_map or global_views.differ(g_units, t_units)):      # N ranks against M: global views
+        import tempfile
+
         views = tempfile.TemporaryDirectory(prefix="tsprobe-layout-") if output_dir is None else None
         layout = global_views.plan(g_units, t_units, Path(views.name if views else Path(output_dir) / "layout_views"),
                                    rank_map)
         pairs, lone_g, lone_t = layout.pairs, [], []
     elif rank_map or (not pairs and layouts.applies_either_way(g_units, t_units)):
+        import tempfile
+
         views = tempfile.TemporaryDirectory(prefix="tsprobe-layout-") if output_dir is None else None
         layout = layouts.plan(g_units, t_units, Path(views.name if views else Path(output_dir) / "layout_views"),
                               rank_map)

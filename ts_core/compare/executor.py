@@ -20,7 +20,7 @@ import resource
 import signal
 import sys
 import time
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -152,6 +152,8 @@ class Pool:
     as_completed = staticmethod(as_completed)
 
     def __init__(self, workers: int):
+        from concurrent.futures import ProcessPoolExecutor   # multiprocessing: ~20 ms a start, only here
+
         self.pool = ProcessPoolExecutor(max_workers=workers)
 
     def submit(self, fn: Callable, *args) -> Future:

@@ -51,48 +51,76 @@ typedef struct {
 typedef int (*lane_fn)(const void *, const void *, int64_t, int64_t, double, double, Lanes *);
 
 #ifdef TSP_X86
-/* Elements [s, s + n) (n a multiple of LANES) added to Z when all are finite on both sides
- * (returns 1); else Z is left as it was (returns 0). The 4 lanes are the 4 doubles of an AVX2
- * vector; LOAD4 widens to double. No branch: each quotient is computed and selected, and the
- * finite test is a sum of x - x, NaN once any x is NaN/Inf. */
+/* Elements [s, s + n) (n a multiple of LANES, at most BLOCK: both sides stay in L1) added to Z
+ * when all are finite on both sides (returns 1); else Z is left as it was (returns 0). The 4
+ * lanes are the 4 doubles of an AVX2 vector; LOAD4 widens to double.
+ *
+ * Two passes over the block, so that each loop keeps its accumulators in registers (one loop
+ * holding all twelve spilled them to the stack, and every add waited on a store):
+ *   1. the sums (dot, gg, tt, sq, abs): a NaN/Inf anywhere makes gg or tt non-finite, and the
+ *      block is handed back before pass 2 (a float64 square that overflows does too: the
+ *      scalar loop then gives the same result, slower);
+ *   2. the counts and maxima. The two quotients (relative error, worst-element score) are
+ *      computed only in a vector where some lane may improve its maximum (MAY_IMPROVE): rare
+ *      after the first elements, and the divisions were the loop's dearest instructions.
+ * Sums run lane by lane in element order as before, so results are bit for bit those of the
+ * one-loop version. */
+
+/* A superset of the lanes where d/ag may exceed mr or d/tol may exceed be (both >= 0 but be
+ * starts at -1): quotients compared as products, d enlarged by 2^-40 so that no rounding of
+ * quotient or product hides an improvement (a tie is taken too; d == 0 improves neither
+ * unless be < 0). An inf maximum against a zero denominator gives NaN: false, as it should. */
+#define MAY_IMPROVE(d, ag, tol, mr, be, slack, z)                                                  \
+    _mm256_or_pd(_mm256_cmp_pd(be, z, _CMP_LT_OQ),                                                  \
+                 _mm256_and_pd(_mm256_cmp_pd(d, z, _CMP_GT_OQ),                                     \
+                               _mm256_or_pd(_mm256_cmp_pd(_mm256_mul_pd(d, slack), _mm256_mul_pd(mr, ag), _CMP_GE_OQ), \
+                                            _mm256_cmp_pd(_mm256_mul_pd(d, slack), _mm256_mul_pd(be, tol), _CMP_GE_OQ))))
+
 #define LANE_AVX2(NAME, T, LOAD4)                                                                   \
 __attribute__((target("avx2"))) static int NAME(const void *gp, const void *tp, int64_t s, int64_t n, \
                                                 double rtol, double atol, Lanes *Z) {               \
     const T *g = (const T *)gp + s, *t = (const T *)tp + s;                                         \
+    __m256d sign = _mm256_set1_pd(-0.0), z = _mm256_setzero_pd();                                   \
     __m256d dot = _mm256_loadu_pd(Z->dot), gg = _mm256_loadu_pd(Z->gg), tt = _mm256_loadu_pd(Z->tt); \
     __m256d sq = _mm256_loadu_pd(Z->sq), as = _mm256_loadu_pd(Z->abs_sum);                         \
+    for (int64_t i = 0; i < n; i += LANES) {                                                        \
+        __m256d a = LOAD4(g + i), b = LOAD4(t + i), diff = _mm256_sub_pd(b, a);                     \
+        dot = _mm256_add_pd(dot, _mm256_mul_pd(a, b)); gg = _mm256_add_pd(gg, _mm256_mul_pd(a, a));  \
+        tt = _mm256_add_pd(tt, _mm256_mul_pd(b, b)); sq = _mm256_add_pd(sq, _mm256_mul_pd(diff, diff)); \
+        as = _mm256_add_pd(as, _mm256_andnot_pd(sign, diff));                                       \
+    }                                                                                               \
+    double f[LANES];                                                                                \
+    _mm256_storeu_pd(f, _mm256_add_pd(_mm256_sub_pd(gg, gg), _mm256_sub_pd(tt, tt)));               \
+    if (!(f[0] + f[1] + f[2] + f[3] == 0)) return 0;                                                \
+    __m256d vr = _mm256_set1_pd(rtol), va = _mm256_set1_pd(atol), k1 = _mm256_set1_pd(1e-3);        \
+    __m256d k5 = _mm256_set1_pd(5e-3), inf = _mm256_set1_pd(INFINITY), slack = _mm256_set1_pd(1.0 + 0x1p-40); \
     __m256d ma = _mm256_loadu_pd(Z->max_abs), mr = _mm256_loadu_pd(Z->max_rel), be = _mm256_loadu_pd(Z->best); \
     __m256i cl = _mm256_loadu_si256((const __m256i *)Z->close), w1 = _mm256_loadu_si256((const __m256i *)Z->w1); \
     __m256i w5 = _mm256_loadu_si256((const __m256i *)Z->w5), po = _mm256_loadu_si256((const __m256i *)Z->pos); \
-    __m256d nf = _mm256_setzero_pd(), sign = _mm256_set1_pd(-0.0), vr = _mm256_set1_pd(rtol);       \
-    __m256d va = _mm256_set1_pd(atol), k1 = _mm256_set1_pd(1e-3), k5 = _mm256_set1_pd(5e-3);       \
-    __m256d inf = _mm256_set1_pd(INFINITY), z = _mm256_setzero_pd();                                \
-    __m256i idx = _mm256_set_epi64x(s + 3, s + 2, s + 1, s), four = _mm256_set1_epi64x(4);          \
     for (int64_t i = 0; i < n; i += LANES) {                                                        \
+        /* the next block's lines, while this one is in L1: file pages are mapped 4 KB at a   \
+         * time, and the hardware prefetcher stops at every page's end */                    \
+        _mm_prefetch((const char *)(g + n + i), _MM_HINT_T0);                                       \
+        _mm_prefetch((const char *)(t + n + i), _MM_HINT_T0);                                       \
         __m256d a = LOAD4(g + i), b = LOAD4(t + i);                                                 \
-        nf = _mm256_add_pd(nf, _mm256_add_pd(_mm256_sub_pd(a, a), _mm256_sub_pd(b, b)));            \
-        __m256d diff = _mm256_sub_pd(b, a), d = _mm256_andnot_pd(sign, diff), ag = _mm256_andnot_pd(sign, a); \
+        __m256d d = _mm256_andnot_pd(sign, _mm256_sub_pd(b, a)), ag = _mm256_andnot_pd(sign, a);    \
         __m256d tol = _mm256_add_pd(va, _mm256_mul_pd(vr, ag));                                     \
         /* a true compare is all ones (-1): subtracting it counts one */                            \
         cl = _mm256_sub_epi64(cl, _mm256_castpd_si256(_mm256_cmp_pd(d, tol, _CMP_LE_OQ)));          \
         w1 = _mm256_sub_epi64(w1, _mm256_castpd_si256(_mm256_cmp_pd(d, _mm256_mul_pd(k1, ag), _CMP_LE_OQ))); \
         w5 = _mm256_sub_epi64(w5, _mm256_castpd_si256(_mm256_cmp_pd(d, _mm256_mul_pd(k5, ag), _CMP_LE_OQ))); \
-        dot = _mm256_add_pd(dot, _mm256_mul_pd(a, b)); gg = _mm256_add_pd(gg, _mm256_mul_pd(a, a));  \
-        tt = _mm256_add_pd(tt, _mm256_mul_pd(b, b)); sq = _mm256_add_pd(sq, _mm256_mul_pd(diff, diff)); \
-        as = _mm256_add_pd(as, d);                                                                  \
-        ma = _mm256_blendv_pd(ma, d, _mm256_cmp_pd(d, ma, _CMP_GT_OQ));                             \
-        __m256d zero = _mm256_blendv_pd(inf, z, _mm256_cmp_pd(d, z, _CMP_EQ_OQ));                   \
-        __m256d rel = _mm256_blendv_pd(zero, _mm256_div_pd(d, ag), _mm256_cmp_pd(ag, z, _CMP_GT_OQ)); \
-        __m256d score = _mm256_blendv_pd(zero, _mm256_div_pd(d, tol), _mm256_cmp_pd(tol, z, _CMP_GT_OQ)); \
-        mr = _mm256_blendv_pd(mr, rel, _mm256_cmp_pd(rel, mr, _CMP_GT_OQ));                         \
-        __m256d better = _mm256_cmp_pd(score, be, _CMP_GT_OQ);                                      \
-        be = _mm256_blendv_pd(be, score, better);                                                   \
-        po = _mm256_castpd_si256(_mm256_blendv_pd(_mm256_castsi256_pd(po), _mm256_castsi256_pd(idx), better)); \
-        idx = _mm256_add_epi64(idx, four);                                                          \
+        ma = _mm256_max_pd(d, ma);      /* all finite here: the larger, ma on a tie */          \
+        if (_mm256_movemask_pd(MAY_IMPROVE(d, ag, tol, mr, be, slack, z))) {                        \
+            __m256d zero = _mm256_blendv_pd(inf, z, _mm256_cmp_pd(d, z, _CMP_EQ_OQ));               \
+            __m256d rel = _mm256_blendv_pd(zero, _mm256_div_pd(d, ag), _mm256_cmp_pd(ag, z, _CMP_GT_OQ)); \
+            __m256d score = _mm256_blendv_pd(zero, _mm256_div_pd(d, tol), _mm256_cmp_pd(tol, z, _CMP_GT_OQ)); \
+            mr = _mm256_blendv_pd(mr, rel, _mm256_cmp_pd(rel, mr, _CMP_GT_OQ));                     \
+            __m256d better = _mm256_cmp_pd(score, be, _CMP_GT_OQ);                                  \
+            __m256i idx = _mm256_set_epi64x(s + i + 3, s + i + 2, s + i + 1, s + i);                \
+            be = _mm256_blendv_pd(be, score, better);                                               \
+            po = _mm256_castpd_si256(_mm256_blendv_pd(_mm256_castsi256_pd(po), _mm256_castsi256_pd(idx), better)); \
+        }                                                                                           \
     }                                                                                               \
-    double f[LANES];                                                                                \
-    _mm256_storeu_pd(f, nf);                                                                        \
-    if (!(f[0] + f[1] + f[2] + f[3] == 0)) return 0;                                                \
     _mm256_storeu_pd(Z->dot, dot); _mm256_storeu_pd(Z->gg, gg); _mm256_storeu_pd(Z->tt, tt);        \
     _mm256_storeu_pd(Z->sq, sq); _mm256_storeu_pd(Z->abs_sum, as); _mm256_storeu_pd(Z->max_abs, ma); \
     _mm256_storeu_pd(Z->max_rel, mr); _mm256_storeu_pd(Z->best, be);                                \
