@@ -145,6 +145,30 @@ def test_crc_of_every_dtypes_bytes_equals_zlib(name):
     assert TorchAdapter().crc32(t.to(DEVICE)) == f"{zlib.crc32(raw):08x}"
 
 
+@pytest.mark.skipif(not KERNELS, reason="the fused launch is a kernel's")
+@pytest.mark.parametrize("name", ["randn-torch.float32", "randn-torch.float16", "randn-torch.bfloat16", "f64-max",
+                                  "f64-huge", "int-torch.int16", "int-torch.int64", "bool", "scalar", "hf-mask",
+                                  "nan", "inf-and-minus-inf"])
+def test_md5_mode_statistics_and_crc_from_one_launch(name, monkeypatch):
+    """md5 mode asks for statistics then the CRC of each tensor: one launch gives both, the
+    statistics bit for bit those of the statistics kernel, the CRC zlib's."""
+    from ts_core.backends.torch import device_kernels
+    t = _tensors()[name].contiguous().to(DEVICE)
+    alone = _stats(TorchAdapter(), t)
+    launches = []
+    real = device_kernels.launch
+    monkeypatch.setattr(device_kernels, "launch", lambda *a, **k: (launches.append(a[0]), real(*a, **k)))
+    ad = TorchAdapter()
+    ad.reuse_copies = True                      # what the Summarizer sets in md5 mode
+    stats = _stats(ad, t)
+    crc = ad.crc32_deferred(t)
+    assert launches == [device_kernels._stats_crc_kernel], launches
+    assert type(crc) is device_arena.Slot
+    raw = t.cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
+    assert ad.stats_to_host([crc])[0] == f"{zlib.crc32(raw):08x}"
+    assert [repr(v) for v in stats] == [repr(v) for v in alone]          # same bits, NaN included
+
+
 # ---- a real training step at L1 --------------------------------------------------------------
 class _Ops(TorchDispatchMode):
     """Every aten op dispatched, except inside a kernel launch (the interpreter's own copies)."""
@@ -184,16 +208,16 @@ class _Syncs(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _step(dump: str, tool: bool, modes=()):
+def _step(dump: str, tool: bool, modes=(), summary_mode: str = "statistics"):
     """One SGD step of the tiny CNN (conv, batch norm, in-place ops) on DEVICE, recorded at L1
-    when `tool`, under `modes`; returns (loss, dump data or None)."""
+    when `tool` (with `summary_mode`), under `modes`; returns (loss, dump data or None)."""
     model, x = make("cnn", 0)
     model, x = model.to(DEVICE), x.to(DEVICE)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     # fingerprint off: the config-check's weight statistics are one batch resolved at the first
     # forward (configcheck/collect.py), not the per-record path measured here
-    dbg = PrecisionDebugger(dump_path=dump, task="statistics", level="L1", step=[0], fingerprint=False) \
-        if tool else None
+    dbg = PrecisionDebugger(dump_path=dump, task="statistics", level="L1", step=[0], fingerprint=False,
+                            summary_mode=summary_mode) if tool else None
     if dbg is not None:
         dbg.start(model)
     for m in modes:
@@ -263,16 +287,20 @@ def _watch_launches(monkeypatch, *modes):
 
 
 @pytest.mark.skipif(not KERNELS, reason="launches counted for the Triton kernels")
-def test_at_most_one_launch_or_op_per_recorded_tensor(tmp_path, monkeypatch):
+@pytest.mark.parametrize("summary_mode", ["statistics", "md5"])
+def test_at_most_one_launch_or_op_per_recorded_tensor(tmp_path, monkeypatch, summary_mode):
     """Ops the tool dispatches (the step's ops with the tool minus without it) plus kernel
-    launches, per tensor summary in dump.json: at most 1. The arena chunk's allocation and zeroing
-    (2 ops, once per flush) are counted too, not subtracted."""
+    launches, per tensor summary in dump.json: at most 1, md5 mode included (statistics and CRC
+    from one launch). The arena chunk's allocation and zeroing (2 ops, once per flush) are counted
+    too, not subtracted."""
     base = _Ops()
     _step(str(tmp_path / "none"), False, (base,))
     ops = _Ops()
     launches = _watch_launches(monkeypatch, ops)
-    loss, data = _step(str(tmp_path / "tool"), True, (ops,))
+    loss, data = _step(str(tmp_path / "tool"), True, (ops,), summary_mode)
     tensors = [s for s in _summaries(data) if s.get("Max") is not None]
+    if summary_mode == "md5":
+        assert all(len(s.get("md5", "")) == 8 for s in tensors), [s for s in tensors if len(s.get("md5", "")) != 8]
     tool_ops = len(ops.ops) - len(base.ops)
     print(f"launch count: {tool_ops} ops + {len(launches)} launches for {len(tensors)} tensor summaries")
     assert len(tensors) > 30 and launches

@@ -29,6 +29,9 @@ the XOR of its lanes, a program folds its tiles in order (multiply by x^(32*TW))
 past the programs after it (x^(32*T*TW*k), k's bits from the table of x^(2^i)), and XORs it into
 the slot atomically (XOR is exact: order does not matter). The start value 0xFFFFFFFF and the final
 XOR are one constant per length, XORed in by program 0 (``_init_term``, computed on the host).
+
+md5 mode wants both of every tensor: ``_stats_crc_kernel`` runs the two bodies (``_stats_part``,
+``_crc_part``) in one launch on the CRC's grid (the statistics take any number of programs).
 """
 from __future__ import annotations
 
@@ -142,11 +145,9 @@ def _finish(out_ptr, n, s, q, mx, mn, nan, ss, sq2, WIDE: tl.constexpr):
 
 
 @triton.jit
-def _stats_kernel(x_ptr, out_base, out_off, scratch_base, scratch_off, n, s1, s2, s3, t0, t1, t2, t3, P,
-                  CONTIG: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr, PMAX: tl.constexpr):
-    pid = tl.program_id(0)
-    out_ptr = out_base + out_off
-    scratch_ptr = scratch_base + scratch_off
+def _stats_part(x_ptr, out_ptr, scratch_ptr, pid, n, s1, s2, s3, t0, t1, t2, t3, P,
+                CONTIG: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr, PMAX: tl.constexpr):
+    """Program `pid` of P: its share of the statistics; the last one to finish writes the row."""
     lanes64 = tl.arange(0, BLOCK).to(tl.int64)
     acc_s = tl.zeros([BLOCK], tl.float64)
     acc_q = tl.zeros([BLOCK], tl.float64)
@@ -215,10 +216,16 @@ def _stats_kernel(x_ptr, out_base, out_off, scratch_base, scratch_off, n, s1, s2
 
 
 @triton.jit
-def _crc_kernel(x_ptr, out_base, out_off, lane_ptr, x2n_ptr, nbytes, pad, T, LOG_T, init, P, LOG_P,
-                TW: tl.constexpr, LOG_TW: tl.constexpr):
-    pid = tl.program_id(0)
-    out_ptr = out_base + out_off
+def _stats_kernel(x_ptr, out_base, out_off, scratch_base, scratch_off, n, s1, s2, s3, t0, t1, t2, t3, P,
+                  CONTIG: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr, PMAX: tl.constexpr):
+    _stats_part(x_ptr, out_base + out_off, scratch_base + scratch_off, tl.program_id(0), n, s1, s2, s3,
+                t0, t1, t2, t3, P, CONTIG, WIDE, BLOCK, PMAX)
+
+
+@triton.jit
+def _crc_part(x_ptr, out_ptr, lane_ptr, x2n_ptr, pid, nbytes, pad, T, LOG_T, init, P, LOG_P,
+              TW: tl.constexpr, LOG_TW: tl.constexpr):
+    """Program `pid` of P: the CRC of its T tiles, shifted into place and XORed into the slot."""
     src = x_ptr.to(tl.pointer_type(tl.uint8))
     lanes = tl.arange(0, TW)
     lanes64 = lanes.to(tl.int64)
@@ -241,6 +248,25 @@ def _crc_kernel(x_ptr, out_base, out_off, lane_ptr, x2n_ptr, nbytes, pad, T, LOG
         acc = tl.where(((after >> b) & 1) != 0, _mulmod(kb, acc), acc)
     acc = tl.where(pid == 0, acc ^ init, acc)
     tl.atomic_xor(out_ptr, acc.to(tl.int64))
+
+
+@triton.jit
+def _crc_kernel(x_ptr, out_base, out_off, lane_ptr, x2n_ptr, nbytes, pad, T, LOG_T, init, P, LOG_P,
+                TW: tl.constexpr, LOG_TW: tl.constexpr):
+    _crc_part(x_ptr, out_base + out_off, lane_ptr, x2n_ptr, tl.program_id(0), nbytes, pad, T, LOG_T, init, P,
+              LOG_P, TW, LOG_TW)
+
+
+@triton.jit
+def _stats_crc_kernel(x_ptr, out_base, out_off, scratch_base, scratch_off, n, crc_base, crc_off, lane_ptr,
+                      x2n_ptr, nbytes, pad, T, LOG_T, init, P, LOG_P, WIDE: tl.constexpr,
+                      BLOCK: tl.constexpr, PMAX: tl.constexpr, TW: tl.constexpr, LOG_TW: tl.constexpr):
+    """md5 mode: statistics and CRC of one contiguous tensor in one launch, on the CRC's grid (the
+    statistics take any number of programs; the bytes are read twice, from the same cache)."""
+    pid = tl.program_id(0)
+    _stats_part(x_ptr, out_base + out_off, scratch_base + scratch_off, pid, n, 1, 1, n, 0, 0, 0, 1, P,
+                True, WIDE, BLOCK, PMAX)
+    _crc_part(x_ptr, crc_base + crc_off, lane_ptr, x2n_ptr, pid, nbytes, pad, T, LOG_T, init, P, LOG_P, TW, LOG_TW)
 
 
 # ---- launches ---------------------------------------------------------------------------------
@@ -277,7 +303,8 @@ _KERNEL_DTYPES = {torch.float32, torch.float64, torch.float16, torch.bfloat16, t
 
 
 class DeviceKernels:
-    """The launches for one adapter: ``stats(t)`` and ``crc32(t)`` return a ``Slot``."""
+    """The launches for one adapter: ``stats(t)`` and ``crc32(t)`` return a ``Slot``;
+    ``stats_and_crc32(t)`` both, from one launch (md5 mode)."""
 
     def __init__(self, arenas: Arenas) -> None:
         self.arena = arenas.get
@@ -307,26 +334,53 @@ class DeviceKernels:
         """CRC-32 of the bytes of `t` (a contiguous copy first when it is not contiguous)."""
         if not t.is_contiguous():
             t = t.contiguous()
-        device = t.device
+        p, args, meta = self._crc_plan(t)
+        chunk, off, _ = self.arena(t.device).take(1, 0)
+        try:
+            launch(_crc_kernel, (p,), t, chunk.ints, off, *args, **meta)
+        except BaseException:
+            chunk.launched(off)
+            raise
+        return Slot(chunk, off, 1)
+
+    def stats_and_crc32(self, t: torch.Tensor) -> Optional[Tuple[Slot, Slot]]:
+        """md5 mode: ``(stats(t), crc32(t))`` of a contiguous tensor in one launch (None: not a
+        kernel dtype, or not contiguous; ask for the two apart)."""
+        if t.dtype not in _KERNEL_DTYPES or not t.is_contiguous() or t.numel() == 0:
+            return None
+        p, args, meta = self._crc_plan(t)
+        arena = self.arena(t.device)
+        chunk, off, soff = arena.take(STATS_SLOTS, PARTIALS * p if p > 1 else 0)
+        try:
+            crc_chunk, crc_off, _ = arena.take(1, 0)
+        except BaseException:
+            chunk.launched(off)
+            raise
+        try:
+            launch(_stats_crc_kernel, (p,), t, chunk.floats, off, chunk.scratch, soff, t.numel(), crc_chunk.ints,
+                   crc_off, *args, WIDE=t.dtype == torch.float64, BLOCK=BLOCK, PMAX=PMAX, **meta)
+        except BaseException:
+            chunk.launched(off)
+            crc_chunk.launched(crc_off)
+            raise
+        return Slot(chunk, off, 0), Slot(crc_chunk, crc_off, 1)
+
+    def _crc_plan(self, t: torch.Tensor) -> Tuple[int, tuple, dict]:
+        """(programs, arguments after the slot, meta) of the CRC of contiguous `t`: P programs of
+        T tiles (T a power of two, for the shift table), the stream front-padded to fill them."""
         log_tw = 6 if INTERPRETED else LOG_TW
         tw = 1 << log_tw
         nbytes = t.numel() * t.element_size()
         tiles = max(1, triton.cdiv(triton.cdiv(nbytes, 4), tw))
-        pmax = _programs_max(device)
+        pmax = _programs_max(t.device)
         per = 1                              # tiles per program: a power of two (the shift table)
         while per * pmax < tiles:
             per *= 2
         p = triton.cdiv(tiles, per)
         pad = p * per * tw * 4 - nbytes       # leading zero bytes: no change to a CRC started at 0
-        chunk, off, _ = self.arena(device).take(1, 0)
-        lanes, x2n = self._tables(device, log_tw)
-        try:
-            launch(_crc_kernel, (p,), t, chunk.ints, off, lanes, x2n, nbytes, pad, per, per.bit_length() - 1,
-                   _init_term(nbytes), p, (p - 1).bit_length(), TW=tw, LOG_TW=log_tw)
-        except BaseException:
-            chunk.launched(off)
-            raise
-        return Slot(chunk, off, 1)
+        lanes, x2n = self._tables(t.device, log_tw)
+        return p, (lanes, x2n, nbytes, pad, per, per.bit_length() - 1, _init_term(nbytes), p,
+                   (p - 1).bit_length()), {"TW": tw, "LOG_TW": log_tw}
 
     def _tables(self, device: torch.device, log_tw: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """Per-lane constants x^(32*(TW-j)) and x^(2^k), on `device`, made once."""

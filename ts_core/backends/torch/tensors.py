@@ -314,7 +314,7 @@ class TorchAdapter(TensorAdapter):
         kernels = self._device_kernels(t)
         if kernels is not None:
             try:
-                slot = kernels.stats(t)
+                slot = self._stats_with_crc(kernels, t) if self.reuse_copies else kernels.stats(t)
             except Exception as exc:        # a compiler or driver that cannot run it
                 self._kernel_failed(exc)
             else:
@@ -325,6 +325,17 @@ class TorchAdapter(TensorAdapter):
         mn, mx = torch.aminmax(f)
         torch.stack((mx, mn, f.mean(), torch.linalg.vector_norm(f)), out=chunk.floats[off:off + 4])
         return Slot(chunk, off, 0)
+
+    def _stats_with_crc(self, kernels: Any, t: torch.Tensor) -> Optional[Slot]:
+        """md5 mode: the statistics and the CRC the Summarizer asks for next, from one launch;
+        the CRC waits in ``_crcs`` under the key ``crc32`` looks it up by (``_reuse``)."""
+        both = None if t.is_complex() or t.is_inference() else kernels.stats_and_crc32(t)
+        if both is None:
+            return kernels.stats(t)
+        stats, crc = both
+        address = t.data_ptr()
+        self._crcs[(address, t.numel(), t.dtype, t.is_cpu)] = (weakref.ref(t), t._version, crc, address)
+        return stats
 
     def host_summary(self, t: torch.Tensor, md5: bool = False, share: bool = False) -> Optional[dict]:
         """The summary of a contiguous CPU tensor in one call: meta, the native kernel's
