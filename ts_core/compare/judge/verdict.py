@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ...dumpfmt import STAT_FIELDS, UNINITIALIZED, checksum_kind, is_tensor_summary
 from ...dumpfmt.dtypes import dtype_name
+from ...dumpfmt.tensor_store import unmap_later
 from ...verdicts import ERROR, PASS, WARNING, worse
 from ..errors import TensorFileError
 from ..predicates import values_equal
@@ -359,4 +360,5 @@ def _compare_data(g_name: str, t_name: str, row: Any, gd: Any, td: Any, tol, opt
     for k, v in m.to_dict().items():
         if hasattr(row, k) and k not in ("rtol", "atol"):
             setattr(row, k, v)
+    unmap_later(ga, ta)
     return tensor_verdict(m)
