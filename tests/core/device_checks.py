@@ -24,6 +24,7 @@ from ts_core import PrecisionDebugger
 from ts_core.backends.torch import device_arena
 from ts_core.backends.torch.tensors import TorchAdapter
 
+from ..conftest import tensor_summaries
 from .models import loss_of, make
 
 DEVICE = os.environ.get("TSPROBE_CHECK_DEVICE", "cpu")
@@ -238,17 +239,6 @@ def _step(dump: str, tool: bool, modes=(), summary_mode: str = "statistics"):
         return loss.detach(), json.load(f)["data"]
 
 
-def _summaries(obj):
-    if isinstance(obj, dict) and obj.get("type") == "torch.Tensor":
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _summaries(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from _summaries(v)
-
-
 _FLUSHES: list = []          # one entry per Summarizer.resolve (a flush) under _watch_launches
 
 
@@ -298,7 +288,7 @@ def test_at_most_one_launch_or_op_per_recorded_tensor(tmp_path, monkeypatch, sum
     ops = _Ops()
     launches = _watch_launches(monkeypatch, ops)
     loss, data = _step(str(tmp_path / "tool"), True, (ops,), summary_mode)
-    tensors = [s for s in _summaries(data) if s.get("Max") is not None]
+    tensors = [s for s in tensor_summaries(data) if s.get("Max") is not None]
     if summary_mode == "md5":
         assert all(len(s.get("md5", "")) == 8 for s in tensors), [s for s in tensors if len(s.get("md5", "")) != 8]
     tool_ops = len(ops.ops) - len(base.ops)
@@ -327,7 +317,7 @@ def test_recording_never_syncs_and_the_flush_transfers_once(tmp_path, monkeypatc
     assert syncs.calls == [] and "aten._local_scalar_dense.default" not in ops.ops, (syncs.calls,)
     assert transfers and not any(during for during, _, _ in transfers)      # only inside a flush
     assert len(transfers) == len({(chunk, flush) for _, chunk, flush in transfers})   # one per chunk
-    summaries = [s for s in _summaries(data) if s.get("Max") is not None]
+    summaries = [s for s in tensor_summaries(data) if s.get("Max") is not None]
     assert len(summaries) > 30 and all(isinstance(s["Mean"], float) for s in summaries)
 
 

@@ -69,19 +69,17 @@ def compare(golden: os.PathLike | str, target: os.PathLike | str, output_dir: Op
     if rank_map and not (layouts.applies_either_way(g_units, t_units) or many):
         raise DumpFormatError(f"--rank-map {rank_map}: applies to a 1-rank dump against a many-rank one, or N "
                               f"ranks against M; {golden} has {_labels(g_units)}, {target} has {_labels(t_units)}")
+    planner = None
     if many and (rank_map or global_views.differ(g_units, t_units)):      # N ranks against M: global views
-        import tempfile
+        planner = global_views.plan
+    elif rank_map or (not pairs and layouts.applies_either_way(g_units, t_units)):    # 1 rank against a layout
+        planner = layouts.plan
+    if planner is not None:
+        if output_dir is None:
+            import tempfile
 
-        views = tempfile.TemporaryDirectory(prefix="tsprobe-layout-") if output_dir is None else None
-        layout = global_views.plan(g_units, t_units, Path(views.name if views else Path(output_dir) / "layout_views"),
-                                   rank_map)
-        pairs, lone_g, lone_t = layout.pairs, [], []
-    elif rank_map or (not pairs and layouts.applies_either_way(g_units, t_units)):
-        import tempfile
-
-        views = tempfile.TemporaryDirectory(prefix="tsprobe-layout-") if output_dir is None else None
-        layout = layouts.plan(g_units, t_units, Path(views.name if views else Path(output_dir) / "layout_views"),
-                              rank_map)
+            views = tempfile.TemporaryDirectory(prefix="tsprobe-layout-")
+        layout = planner(g_units, t_units, Path(views.name) if views else Path(output_dir) / "layout_views", rank_map)
         pairs, lone_g, lone_t = layout.pairs, [], []
     if not pairs:
         for unit in lone_g + lone_t:    # a file that is no dump says so, not "nothing matches"

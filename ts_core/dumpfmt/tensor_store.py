@@ -6,7 +6,6 @@ gives a ``TensorStore`` whose ``load(data_name)`` returns the array. Two layouts
 """
 from __future__ import annotations
 
-import mmap
 import os
 from pathlib import Path
 from typing import List, Optional
@@ -100,8 +99,7 @@ def unmap_later(*arrays: np.ndarray) -> None:
     """Let a background thread drop these memory-mapped arrays (the caller drops its own
     references right after): their unmapping overlaps the next compare instead of preceding it."""
     global _unmap_queue
-    if sum(a.nbytes for a in arrays) > UNMAP_LATER_MAX or not any(isinstance(a.base, mmap.mmap) or
-                                                                   isinstance(a, np.memmap) for a in arrays):
+    if sum(a.nbytes for a in arrays) > UNMAP_LATER_MAX or not any(isinstance(a, np.memmap) for a in arrays):
         return
     if _unmap_queue is None:
         import queue

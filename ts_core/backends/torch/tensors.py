@@ -76,6 +76,12 @@ def _cached(cache: dict, key: Any, t: torch.Tensor, version: int, same_bytes: bo
     return None
 
 
+def _bytes_key(t: torch.Tensor, n: int) -> tuple:
+    """The cache key of a contiguous tensor's bytes (``_reuse``): any tensor over the same bytes
+    finds what was computed for them."""
+    return (t.data_ptr(), n, t.dtype, t.is_cpu)
+
+
 def _allocated(t: torch.Tensor) -> bool:
     """Are the bytes of a plain tensor `t` there to read? FSDP frees an unsharded parameter's
     storage with ``resize_(0)`` between uses, leaving a tensor of full shape over no memory; a
@@ -259,7 +265,7 @@ class TorchAdapter(TensorAdapter):
             return compute(t, n, t.is_contiguous())
         contiguous = t.is_contiguous()
         address = t.data_ptr()
-        key = (address, n, t.dtype, t.is_cpu) if contiguous else id(t)
+        key = _bytes_key(t, n) if contiguous else id(t)
         version = t._version
         value = _cached(cache, key, t, version, same_bytes=contiguous)
         if value is not None:
@@ -333,8 +339,7 @@ class TorchAdapter(TensorAdapter):
         if both is None:
             return kernels.stats(t)
         stats, crc = both
-        address = t.data_ptr()
-        self._crcs[(address, t.numel(), t.dtype, t.is_cpu)] = (weakref.ref(t), t._version, crc, address)
+        self._crcs[_bytes_key(t, t.numel())] = (weakref.ref(t), t._version, crc, t.data_ptr())
         return stats
 
     def host_summary(self, t: torch.Tensor, md5: bool = False, share: bool = False) -> Optional[dict]:

@@ -25,7 +25,7 @@ side, followed through lossless calls (dataflow.Flow).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ...dumpfmt.dtypes import precision
 from ...dumpfmt.stack import user_frame
@@ -45,6 +45,15 @@ def _lowered(r: Row) -> bool:
     """The two sides hold this value in floating types of different precision."""
     pg, pt = precision(r.golden_dtype), precision(r.target_dtype)
     return pg is not None and pt is not None and pg != pt
+
+
+def _changed_args(p: CallPair) -> List[Row]:
+    """The literal arguments of `p` that differ, when its tensor inputs do not (the call that
+    holds a changed eps, scale or theta); else none."""
+    args = [r for r in p.rows if r.mode == "value" and r.failed]
+    if args and not any(differs(r) for r in p.rows if r.role != OUTPUT and r.mode in ("tensor", "statistics", "md5")):
+        return args
+    return []
 
 
 def _worst(rows: List[Row]) -> Row:
@@ -383,24 +392,8 @@ class _Walk:
         module that made such a value inside (L0: its submodules), and, for a value made by code
         the dump does not record, to the nearest earlier call that lost precision. Lossless ops (an up-cast) and
         ops that only receive the difference are never the cause."""
-        seen = {id(cp)}
-        frontier = [cp]
-        found = None
         self._unmade = False
-        while frontier and found is None:
-            nxt = []
-            for p in frontier:
-                for src in self._sources(p):
-                    if id(src) in seen or not src.matched:
-                        continue
-                    seen.add(id(src))
-                    if self._loses_precision(src):
-                        found = src
-                        break
-                    nxt.append(src)
-                if found is not None:
-                    break
-            frontier = nxt
+        found = self._nearest_source(cp, self._loses_precision)
         if found is None and self._unmade:
             # a differing value came from code the dump does not record (between modules at L0):
             # the nearest earlier call that lost precision
@@ -451,31 +444,36 @@ class _Walk:
         whose own recorded argument changed (``var + eps`` with another eps, a scale, a rotary
         theta): its output moved by less than the tolerance, and `cp` amplifies it (an rsqrt of
         a small variance). Name that call, followed back through the inputs that differ at all."""
+        src = self._nearest_source(cp, lambda s: bool(_changed_args(s)), hops=16)
+        if src is None:
+            return None
+        args = _changed_args(src)
+        changed = ", ".join(f"{r.arg} (golden {r.golden_value!r}, target {r.target_value!r})" for r in args)
+        outs = [r for r in src.rows if r.role == OUTPUT and differs(r)]
+        cause = (f"a changed argument: {changed}; its output differs only within tolerance, and "
+                 f"{cp.key} downstream amplifies that difference past tolerance")
+        fd = self._build(src, args + outs, cause)
+        worst = _worst(out_fail)
+        fd.verdict, fd.reason = worst.verdict, f"{fd.reason}; at {cp.key} ({worst.arg}): {worst.reason}"
+        return fd
+
+    def _nearest_source(self, cp: CallPair, hit: Callable[[CallPair], bool],
+                        hops: Optional[int] = None) -> Optional[CallPair]:
+        """The nearest matched call upstream of `cp` for which `hit` holds: breadth first through
+        ``_sources`` (the makers of inputs that differ), at most `hops` levels (None: all)."""
         seen, frontier = {id(cp)}, [cp]
-        for _ in range(16):
+        while frontier and (hops is None or hops > 0):
             nxt = []
             for p in frontier:
                 for src in self._sources(p):
                     if id(src) in seen or not src.matched:
                         continue
                     seen.add(id(src))
-                    args = [r for r in src.rows if r.mode == "value" and r.failed]
-                    inputs_same = not any(differs(r) for r in src.rows
-                                          if r.role != OUTPUT and r.mode in ("tensor", "statistics", "md5"))
-                    if args and inputs_same:
-                        changed = ", ".join(f"{r.arg} (golden {r.golden_value!r}, target {r.target_value!r})"
-                                            for r in args)
-                        outs = [r for r in src.rows if r.role == OUTPUT and differs(r)]
-                        cause = (f"a changed argument: {changed}; its output differs only within tolerance, and "
-                                 f"{cp.key} downstream amplifies that difference past tolerance")
-                        fd = self._build(src, args + outs, cause)
-                        worst = _worst(out_fail)
-                        fd.verdict, fd.reason = worst.verdict, f"{fd.reason}; at {cp.key} ({worst.arg}): {worst.reason}"
-                        return fd
+                    if hit(src):
+                        return src
                     nxt.append(src)
-            if not nxt:
-                return None
             frontier = nxt
+            hops = None if hops is None else hops - 1
         return None
 
     def _sources(self, p: CallPair) -> List[CallPair]:
