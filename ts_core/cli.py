@@ -79,7 +79,20 @@ def compare_exit_code(result, fail_on_warning: bool = False) -> int:
     return 1 if (fail_on_warning and result.first_divergence) else 0
 
 
+def _head_start(args: argparse.Namespace) -> None:
+    """Compare the dumps' same-named tensors while the compare modules load (ts_core/headstart.py),
+    when this process is the one that will read them."""
+    golden = args.golden if args.golden is not None else args.golden_path
+    target = args.target if args.target is not None else args.target_path
+    if golden and target and not (args.stats_only or args.stats_first) and args.executor == "local" \
+            and args.chunks == 1:
+        from ts_core import headstart
+
+        headstart.begin(golden, target, args.rtol, args.atol, not args.nan_differs)
+
+
 def _run_compare(args: argparse.Namespace) -> int:
+    _head_start(args)
     from ts_core.compare import compare
 
     for side, flag in (("golden", "-gp"), ("target", "-tp")):
@@ -437,16 +450,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """Run one command; bad input (missing path, unreadable dump) prints one line and exits 2."""
+def _input_errors() -> tuple:
+    """The errors that mean bad input. Imported only once one is raised: ``ts_core.compare``
+    loads numpy and the whole compare engine, which ``compare``'s head start runs beside."""
     from ts_core.compare.errors import DumpFormatError
 
+    return (DumpFormatError, OSError)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run one command; bad input (missing path, unreadable dump) prints one line and exits 2."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except BrokenPipeError:
         return _closed_pipe()
-    except (DumpFormatError, OSError) as e:
+    except _input_errors() as e:        # evaluated only when something was raised
         print(f"tsprobe {args.command}: error: {e}", file=sys.stderr)
         return 2
 

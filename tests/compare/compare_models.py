@@ -77,12 +77,12 @@ def train_step(model, x):
     return loss
 
 
-def dump_mix(path, **kw):
-    """One training step of ``build(**kw)`` dumped by tsprobe (statistics, mix) into `path`."""
+def dump_mix(path, task="statistics", **kw):
+    """One training step of ``build(**kw)`` dumped by tsprobe (`task`, mix) into `path`."""
     from ts_core import PrecisionDebugger
 
     model, x = build(**kw)
-    dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level="mix", step=[0])
+    dbg = PrecisionDebugger(dump_path=str(path), task=task, level="mix", step=[0])
     dbg.start(model)
     train_step(model, x)
     dbg.stop()

@@ -38,8 +38,8 @@ def _case(seed):
 def test_native_equals_numpy(seed, rtol, atol, monkeypatch):
     g, t = _case(seed)
     chunk = 1000 if seed % 4 == 1 else M.CHUNK
-    if seed % 3 == 0:                         # large pairs: force the split over threads too
-        monkeypatch.setattr(M, "PARALLEL_MIN", 1 << 18)
+    if seed % 3 == 0:                         # large pairs: force more parts too
+        monkeypatch.setattr(M, "SEGMENT", 1 << 18)
     equal_nan = bool(seed % 2)
     native_result = M._compare_native(g, t, rtol, atol, equal_nan, chunk)
     assert native_result is not None

@@ -57,6 +57,11 @@ def gated(compute: Callable[[Any], Tuple[str, str]], row: Any) -> Tuple[str, str
     return compute(row) if gate is None else gate(compute, row)
 
 
+def current_gate() -> Optional[Gate]:
+    """The running unit's gate; None outside a chunk unit."""
+    return _GATE.get()
+
+
 def run_gated(gate: Gate, fn: Callable[[], Any]) -> Any:
     token = _GATE.set(gate)
     try:
@@ -72,4 +77,4 @@ def merge_saved(parts: List[Dict[int, Tuple]]) -> Dict[int, Tuple]:
     return saved
 
 
-__all__ = ["Gate", "gated", "run_gated", "merge_saved"]
+__all__ = ["Gate", "current_gate", "gated", "run_gated", "merge_saved"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
+from .. import headstart
 from .align.calls import align_calls, same_program
 from .align.crossframework import is_cross, prepare
 from .align.dataflow import Facts
@@ -16,7 +17,9 @@ from .align.pairs import CallPair, pair_values
 from .explain import compiled_region
 from .explain.diagnosis import CHECK_FAILED, diagnose
 from .explain.divergence import find_first_divergence
-from .judge.verdict import judge_value, one_sided, recorded_stats
+from .chunks import current_gate
+from .judge.readahead import PlannedRead, reading_ahead
+from .judge.verdict import judge_value, one_sided, planned_read, recorded_stats
 from .load.loader import OUTPUT, PARAMETER, Dump, DumpUnit, Entry
 from .model import PairResult, Row, count_rows
 
@@ -125,6 +128,18 @@ def compare_calls(cp: CallPair, order: int, step: Optional[int], rank: str, gd: 
     return rows
 
 
+def _planned_reads(seqs: List[List[CallPair]], gd: Dump, td: Dump, opts: Options) -> Iterator[PlannedRead]:
+    """The tensor pairs the judge is expected to read, in its order: the read-ahead's plan."""
+    for seq in seqs:
+        for cp in seq:
+            if cp.golden is None or cp.target is None:
+                continue
+            for _, _, ge, te, _ in pair_values(cp):
+                read = planned_read(ge.leaf, te.leaf, gd, td, opts) if ge is not None and te is not None else None
+                if read is not None:
+                    yield read
+
+
 def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
                  progress: Optional[bool] = None) -> PairResult:
     """Compare one step/rank: every call aligned, every value a row, then the first divergence."""
@@ -152,11 +167,14 @@ def compare_pair(golden: DumpUnit, target: DumpUnit, opts: Options,
     rank = golden.rank or target.rank
     bar = Progress(sum(len(s) for s in seqs), f"compare {golden.label}", progress)
     order = 0
-    for seq in seqs:
-        for cp in seq:
-            cp.rows = compare_calls(cp, order, step, rank, gd, td, opts, not cross)
-            order += 1
-            bar.advance()
+    headstart.stop()          # the judge starts: compare's head start (ts_core/headstart.py) ends
+    # a chunk unit reads only its share of the pairs: it plans none
+    with reading_ahead(_planned_reads(seqs, gd, td, opts) if current_gate() is None else iter(())):
+        for seq in seqs:
+            for cp in seq:
+                cp.rows = compare_calls(cp, order, step, rank, gd, td, opts, not cross)
+                order += 1
+                bar.advance()
     rows = [r for seq in seqs for cp in seq for r in cp.rows]
     notes += msprobe_pairs.unreached_note(gd, td)
     fd, note = find_first_divergence(seqs, gd, td, step, rank, facts)

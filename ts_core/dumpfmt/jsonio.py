@@ -170,6 +170,11 @@ def csv_value(v: Any) -> Any:
     NaN/Inf as JSON writes them ("nan", "inf"); lists and dicts as JSON."""
     if v is None:
         return ""
+    kind = type(v)
+    if kind is float:           # the common cells first: a compare.csv has ~50 a row
+        return repr(v) if math.isfinite(v) else json_safe(v)
+    if kind is str or kind is int or kind is bool:
+        return v
     v = json_safe(v)
     if isinstance(v, (list, tuple, dict)):
         return json.dumps(v)

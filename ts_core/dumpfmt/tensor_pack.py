@@ -17,17 +17,17 @@ Readers map one member at a time (``PackReader.load``), never the whole file.
 """
 from __future__ import annotations
 
-import ast
 import io
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .errors import DumpFormatError, TensorFileError
 from .jsonio import read_json, write_json_atomic
 from .layout import TENSOR_DIR
+from .npy_map import read_npy
 
 PACKED = "packed"                       # tensor_format value; "files" is msprobe's layout
 TENSOR_FORMATS = ("files", PACKED)
@@ -37,7 +37,6 @@ BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 _PREFIX = TENSOR_DIR + "/"
 _INDEX_FORMAT = "tsprobe-tensor-pack/1"
-_SMALL = 1 << 16                        # read (not map) members below this size: one pread
 
 try:    # the function np.save itself calls, so the bytes are the same (numpy 2 moved it)
     from numpy.lib._format_impl import _write_array_header
@@ -221,37 +220,8 @@ class PackReader:
         if where is None:
             raise TensorFileError(f"tensor missing: {name} is not in {self.tar}")
         offset, length = where
-        with open(self.tar, "rb") as f:
-            head = os.pread(f.fileno(), min(length, 4096), offset)
-            shape, fortran, dtype, skip = _npy_header(head, lambda n: os.pread(f.fileno(), n, offset), name)
-            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            if skip + nbytes > length:
-                raise TensorFileError(f"{name} in {self.tar}: holds {length - skip} data bytes, its header "
-                                      f"says {nbytes}")
-            order = "F" if fortran else "C"
-            if nbytes < _SMALL:
-                raw = head[skip:skip + nbytes] if skip + nbytes <= len(head) else \
-                    os.pread(f.fileno(), nbytes, offset + skip)
-                return np.frombuffer(raw, dtype).reshape(shape, order=order)
-        return np.memmap(self.tar, dtype, "r", offset + skip, shape, order)
-
-
-def _npy_header(head: bytes, read, name: str) -> Tuple[Sequence[int], bool, np.dtype, int]:
-    """(shape, fortran_order, dtype, header length) of the .npy bytes starting with `head`."""
-    if head[:6] != b"\x93NUMPY" or len(head) < 10:
-        raise TensorFileError(f"{name}: not a .npy member")
-    major = head[6]
-    prefix = 10 if major == 1 else 12
-    hlen = int.from_bytes(head[8:prefix], "little")
-    if prefix + hlen > len(head):
-        head = read(prefix + hlen)
-    try:
-        text = head[prefix:prefix + hlen].decode("utf-8" if major >= 3 else "latin1")
-        d = ast.literal_eval(text)
-        dtype = np.lib.format.descr_to_dtype(d["descr"])
-        shape, fortran = tuple(int(x) for x in d["shape"]), bool(d["fortran_order"])
-    except (ValueError, SyntaxError, KeyError, TypeError) as e:
-        raise TensorFileError(f"{name}: bad .npy header ({e})") from None
-    if dtype.hasobject:
-        raise TensorFileError(f"{name}: holds Python objects; refusing to unpickle")
-    return shape, fortran, dtype, prefix + hlen
+        fd = os.open(self.tar, os.O_RDONLY)
+        try:
+            return read_npy(fd, offset, length, f"{name} in {self.tar}")
+        finally:
+            os.close(fd)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 
 from .errors import TensorFileError
 from .layout import TENSOR_DIR
+from .npy_map import is_mapped, read_npy
 from .tensor_pack import PackReader, has_pack
 
 
@@ -29,6 +30,10 @@ class TensorStore:
         """The tensor files stored (repeated tensors under each of their names)."""
         raise NotImplementedError
 
+    def locate(self, data_name: str) -> Optional[Tuple[str, int]]:
+        """(file, offset of the .npy bytes in it) of a stored .npy; None when unknown."""
+        return None
+
 
 class FolderTensors(TensorStore):
     """msprobe's layout: one file per tensor in ``dump_tensor_data/`` (or ``dump_data_dir``)."""
@@ -37,16 +42,22 @@ class FolderTensors(TensorStore):
 
     def __init__(self, folders: List[Path]):
         self.folders = folders
-
-    def path(self, data_name: str) -> Path:
-        name = os.path.basename(str(data_name))  # a data_name never leaves the tensor folder
-        for folder in self.folders:
-            if (folder / name).is_file():
-                return folder / name
-        raise TensorFileError(f"tensor file missing: {self.folders[0] / name}")
+        self._dirs = [os.fspath(f) for f in folders]
 
     def load(self, data_name: str) -> np.ndarray:
-        return load_tensor_file(self.path(data_name))
+        name = os.path.basename(str(data_name))  # a data_name never leaves the tensor folder
+        for folder in self._dirs:
+            path = os.path.join(folder, name)
+            try:
+                return load_tensor_file(path)    # no stat first: one file per tensor, thousands a dump
+            except TensorFileError:
+                if os.path.isfile(path):
+                    raise
+        raise TensorFileError(f"tensor file missing: {os.path.join(self._dirs[0], name)}")
+
+    def locate(self, data_name: str) -> Optional[Tuple[str, int]]:
+        name = os.path.basename(str(data_name))
+        return next(((p, 0) for p in (os.path.join(d, name) for d in self._dirs) if os.path.isfile(p)), None)
 
     def names(self) -> List[str]:
         folder = next((f for f in self.folders if f.is_dir()), None)
@@ -70,6 +81,10 @@ class PackedTensors(TensorStore):
 
     def load(self, data_name: str) -> np.ndarray:
         return self.reader.load(os.path.basename(str(data_name)))
+
+    def locate(self, data_name: str) -> Optional[Tuple[str, int]]:
+        where = self.reader.index.members.get(os.path.basename(str(data_name)))
+        return (self.reader.tar, where[0]) if where else None
 
     def names(self) -> List[str]:
         return self.reader.names()
@@ -99,7 +114,7 @@ def unmap_later(*arrays: np.ndarray) -> None:
     """Let a background thread drop these memory-mapped arrays (the caller drops its own
     references right after): their unmapping overlaps the next compare instead of preceding it."""
     global _unmap_queue
-    if sum(a.nbytes for a in arrays) > UNMAP_LATER_MAX or not any(isinstance(a, np.memmap) for a in arrays):
+    if sum(a.nbytes for a in arrays) > UNMAP_LATER_MAX or not any(is_mapped(a) for a in arrays):
         return
     if _unmap_queue is None:
         import queue
@@ -120,6 +135,15 @@ def unmapped() -> None:
         done.wait()
 
 
+def _forget_unmapper() -> None:
+    """In a forked child: the parent's unmapping thread is not there to drain its queue."""
+    global _unmap_queue
+    _unmap_queue = None
+
+
+os.register_at_fork(after_in_child=_forget_unmapper)
+
+
 def _unmapper(q: "queue.SimpleQueue") -> None:
     while True:
         item = q.get()
@@ -128,17 +152,17 @@ def _unmapper(q: "queue.SimpleQueue") -> None:
         del item             # the arrays: the last reference unmaps them
 
 
-def load_tensor_file(path: Path) -> np.ndarray:
+def load_tensor_file(path: "os.PathLike | str") -> np.ndarray:
     """Load a .npy (memory-mapped, never pickled) or an msprobe .pt (weights_only) as numpy."""
-    suffix = path.suffix.lower()
+    path = os.fspath(path)
+    suffix = os.path.splitext(path)[1].lower()
     try:
         if suffix == ".npy":
+            fd = os.open(path, os.O_RDONLY)
             try:
-                return np.load(path, mmap_mode="r", allow_pickle=False)
-            except ValueError as e:
-                if "object" in str(e).lower() or "pickle" in str(e).lower():
-                    raise TensorFileError(f"{path}: holds Python objects; refusing to unpickle") from None
-                raise
+                return read_npy(fd, 0, os.fstat(fd).st_size, path)
+            finally:
+                os.close(fd)
         if suffix == ".pt":
             return _load_pt(path)
     except TensorFileError:
@@ -148,7 +172,7 @@ def load_tensor_file(path: Path) -> np.ndarray:
     raise TensorFileError(f"{path}: unsupported tensor file type {suffix!r} (expected .npy or .pt)")
 
 
-def _load_pt(path: Path) -> np.ndarray:
+def _load_pt(path: str) -> np.ndarray:
     import torch  # only msprobe's .pt files need it
 
     try:  # memory-mapped where the file format allows: a large tensor is not read twice

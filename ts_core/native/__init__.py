@@ -118,6 +118,19 @@ def crc32_hex(buffer: Any) -> str:
     return f"{_crc32(buffer) & 0xFFFFFFFF:08x}"
 
 
+# The compare kernel's geometry: metrics accumulate per CHUNK elements, and a pair is cut into
+# parts of SEGMENT elements (on chunk boundaries) whatever the number of cores, so its float64
+# sums are added in one order, and round the same, on every machine.
+COMPARE_CHUNK = 1 << 20
+COMPARE_SEGMENT = 1 << 21
+
+
+def compare_parts(n: int, chunk: int = COMPARE_CHUNK, segment: int = COMPARE_SEGMENT) -> List[Tuple[int, int]]:
+    """[begin, end) of each kernel part of an n-element pair, in element order."""
+    step = max(chunk, segment // chunk * chunk)
+    return [(b, min(b + step, n)) for b in range(0, n, step)] or [(0, 0)]
+
+
 def compare_range(golden_addr: int, golden_code: int, target_addr: int, target_code: int, begin: int, end: int,
                   chunk: int, rtol: float, atol: float, equal_nan: bool) -> Optional[Tuple[List[float], List[int]]]:
     """Metrics accumulators of elements [begin, end) of two float32/float64 buffers:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -426,6 +425,8 @@ def _shifted(golden: Dict[str, Any], key: str, path: Tuple, reach: int = 2) -> L
 def _write_view(doc: dict, view: Dict[str, Any], unit: DumpUnit, out: Path) -> DumpUnit:
     out.mkdir(parents=True, exist_ok=True)
     src = unit.json_path.parent
+    import shutil      # only global views write files: not imported for every compare
+
     for name in ("stack.json", "construct.json"):
         if (src / name).is_file():
             shutil.copyfile(src / name, out / name)

@@ -9,7 +9,6 @@ mapping (``Cell.fc.Dense`` <-> ``Module.fc.Linear``) can replace it later.
 from __future__ import annotations
 
 from bisect import bisect_left
-from difflib import SequenceMatcher
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from ...dumpfmt import BACKWARD, FORWARD, OTHER, KeyInfo, forward_key, parse_key
@@ -149,6 +148,8 @@ def _myers_path(trace, n, m, alo, blo) -> List[Pair]:
 
 
 def _diff(a, b, alo, ahi, blo, bhi, out: List[Pair]) -> None:
+    from difflib import SequenceMatcher    # only when the two call lists differ
+
     sm = SequenceMatcher(None, a[alo:ahi], b[blo:bhi], autojunk=False)
     for tag, i1, i2, j1, j2 in sm.get_opcodes():
         if tag == "equal":

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Optional, Tuple
+from dataclasses import dataclass, fields
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 import numpy as np
 
 from ...dumpfmt import STAT_FIELDS
+from ...native import COMPARE_CHUNK, COMPARE_SEGMENT, compare_parts
 
-CHUNK = 1 << 20
+CHUNK = COMPARE_CHUNK
 
 
 @dataclass
@@ -52,9 +53,12 @@ class TensorMetrics:
         return self.numel - int(round(self.allclose_ratio * self.numel))
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = {name: getattr(self, name) for name in _METRIC_FIELDS}     # all scalars: no deep copy
         d["worst_index"] = list(self.worst_index) if self.worst_index is not None else None
         return d
+
+
+_METRIC_FIELDS = tuple(f.name for f in fields(TensorMetrics))
 
 
 def _as_float64(x: np.ndarray) -> np.ndarray:
@@ -189,33 +193,63 @@ class _Accumulator:
 
 
 def compare_arrays(golden: np.ndarray, target: np.ndarray, rtol: float, atol: float,
-                   equal_nan: bool = True, chunk: int = CHUNK) -> TensorMetrics:
+                   equal_nan: bool = True, chunk: Optional[int] = None) -> TensorMetrics:
     """Compare two same-size arrays chunk by chunk (works on np.memmap without loading it).
 
     ``target`` is judged against ``golden`` (numpy.isclose semantics:
     |t - g| <= atol + rtol * |g|). The worst element is the one furthest outside that bound.
-    float32/float64 pairs go through the native one-pass kernel (both cores for large
-    pairs); other dtypes, or no compiler, take the numpy accumulator (same results).
+    float32/float64 pairs go through the native one-pass kernel, in parts of ``SEGMENT``
+    elements spread over the compare threads; other dtypes, or no compiler, take the numpy
+    accumulator (same results).
     """
+    tasks, finish = compare_tasks(golden, target, rtol, atol, equal_nan, chunk)
+    return finish(run_tasks(tasks))
+
+
+def compare_tasks(golden: np.ndarray, target: np.ndarray, rtol: float, atol: float, equal_nan: bool = True,
+                  chunk: Optional[int] = None) -> Tuple[List[Callable[[], Any]], Callable[[List[Any]], TensorMetrics]]:
+    """``compare_arrays`` as independent tasks (the native kernel's parts, in element order, or
+    one numpy task) and the step that turns their results into the metrics. The judge's
+    read-ahead (``readahead.py``) submits the tasks of the next pairs before it needs them."""
+    chunk = chunk or CHUNK
     if golden.size != target.size:
         raise ValueError(f"size differs: {golden.size} vs {target.size}")
     shape = tuple(golden.shape)
     g_flat, t_flat = golden.reshape(-1), target.reshape(-1)
-    native_result = _compare_native(g_flat, t_flat, rtol, atol, equal_nan, chunk)
-    if native_result is not None:
-        return native_result.result(shape)
-    if np.iscomplexobj(golden) or np.iscomplexobj(target):
-        g_flat, t_flat = _as_float64(g_flat), _as_float64(t_flat)
-        shape = (g_flat.size,)
-    acc = _Accumulator(rtol, atol, equal_nan)
-    for start in range(0, g_flat.size, chunk):
-        acc.update(_as_float64(g_flat[start:start + chunk]), _as_float64(t_flat[start:start + chunk]), start)
-    return acc.result(shape)
+    calls = _native_calls(g_flat, t_flat, rtol, atol, equal_nan, chunk)
+
+    def numpy_path() -> TensorMetrics:
+        g, t, s = g_flat, t_flat, shape
+        if np.iscomplexobj(g) or np.iscomplexobj(t):
+            g, t = _as_float64(g), _as_float64(t)
+            s = (g.size,)
+        acc = _Accumulator(rtol, atol, equal_nan)
+        for start in range(0, g.size, chunk):
+            acc.update(_as_float64(g[start:start + chunk]), _as_float64(t[start:start + chunk]), start)
+        return acc.result(s)
+
+    if calls is None:
+        return [numpy_path], lambda results: results[0]
+
+    def finish(results: List[Any]) -> TensorMetrics:
+        acc = _merge_native(results, g_flat, t_flat, rtol, atol, equal_nan)
+        return numpy_path() if acc is None else acc.result(shape)
+    return calls, finish
 
 
 _NATIVE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}
-PARALLEL_MIN = 1 << 20          # elements per thread at least: smaller pairs run on one thread
+SEGMENT = COMPARE_SEGMENT      # elements of one native part (native.compare_parts)
 _pool = None
+
+
+def _forget_threads() -> None:
+    """In a forked child (the process pool of ``executor.py``): the parent's threads are not
+    there, so its pool would take tasks and never run them."""
+    global _pool
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_threads)
 
 
 def _threads():
@@ -228,30 +262,64 @@ def _threads():
     return _pool
 
 
-def _compare_native(g: np.ndarray, t: np.ndarray, rtol: float, atol: float, equal_nan: bool,
-                    chunk: int) -> Optional[_Accumulator]:
-    """The accumulator filled by the native kernel, or None (not float32/float64, not
-    contiguous, or no kernel). Large pairs are split at chunk boundaries over threads (the
-    kernel releases the GIL) and the parts merged in order, as the chunk walk would."""
+def submit(task: Callable[[], Any]) -> Any:
+    """A future of `task` on the compare threads (the native kernel releases the GIL)."""
+    return _threads().submit(task)
+
+
+def run_tasks(tasks: List[Callable[[], Any]]) -> List[Any]:
+    """The tasks' results in order: one runs here, several on the compare threads."""
+    if len(tasks) == 1:
+        return [tasks[0]()]
+    return list(_threads().map(lambda task: task(), tasks))
+
+
+def kernel_key(golden: np.ndarray, target: np.ndarray, rtol: float, atol: float, equal_nan: bool) -> Optional[Tuple]:
+    """What the native kernel's part results of this pair depend on besides its bytes (dtype
+    codes, element count, chunk, segment, tolerance); None when the kernel does not take it."""
+    from ... import native
+
+    gc, tc = _NATIVE_CODES.get(golden.dtype), _NATIVE_CODES.get(target.dtype)
+    if gc is None or tc is None or golden.size != target.size or not native.available() \
+            or not (golden.flags.c_contiguous and target.flags.c_contiguous):
+        return None
+    return (gc, tc, golden.size, CHUNK, SEGMENT, rtol, atol, bool(equal_nan))
+
+
+def _native_calls(g: np.ndarray, t: np.ndarray, rtol: float, atol: float, equal_nan: bool,
+                  chunk: int) -> Optional[List[Callable[[], Any]]]:
+    """The native kernel's calls over two flat arrays, one per part of ``SEGMENT`` elements (cut
+    on chunk boundaries); None when the kernel does not take them (not float32/float64, not
+    contiguous, or no kernel)."""
     from ... import native
 
     gc, tc = _NATIVE_CODES.get(g.dtype), _NATIVE_CODES.get(t.dtype)
     if gc is None or tc is None or not native.available() or not (g.flags.c_contiguous and t.flags.c_contiguous):
         return None
-    n = g.size
     ga, ta = g.ctypes.data, t.ctypes.data
-    parts = max(1, min(_threads()._max_workers, n // PARALLEL_MIN)) if n >= 2 * PARALLEL_MIN else 1
-    step = -(-n // parts)
-    step = -(-step // chunk) * chunk            # split on chunk boundaries
-    bounds = [(b, min(b + step, n)) for b in range(0, n, step)] or [(0, 0)]
-    call = lambda b: native.compare_range(ga, gc, ta, tc, b[0], b[1], chunk, rtol, atol, equal_nan)  # noqa: E731
-    results = list(_threads().map(call, bounds)) if len(bounds) > 1 else [call(bounds[0])]
+    bounds = compare_parts(g.size, chunk, SEGMENT)
+    # each call holds the arrays: a part still queued when its caller lets go reads mapped memory
+    return [lambda b=b, e=e, _arrays=(g, t): native.compare_range(ga, gc, ta, tc, b, e, chunk, rtol, atol, equal_nan)
+            for b, e in bounds]
+
+
+def _merge_native(results: List[Any], g: np.ndarray, t: np.ndarray, rtol: float, atol: float,
+                  equal_nan: bool) -> Optional[_Accumulator]:
+    """The parts' results merged in element order (the earlier part wins ties); None when the
+    kernel declined one."""
     if any(r is None for r in results):
         return None
     acc = _Accumulator(rtol, atol, equal_nan)
-    for sums, counts in results:             # in element order: the earlier part wins ties
+    for sums, counts in results:
         acc.merge_native(sums, counts, g, t)
     return acc
+
+
+def _compare_native(g: np.ndarray, t: np.ndarray, rtol: float, atol: float, equal_nan: bool,
+                    chunk: int) -> Optional[_Accumulator]:
+    """The accumulator filled by the native kernel, or None (it does not take these arrays)."""
+    calls = _native_calls(g, t, rtol, atol, equal_nan, chunk)
+    return None if calls is None else _merge_native(run_tasks(calls), g, t, rtol, atol, equal_nan)
 
 
 @dataclass

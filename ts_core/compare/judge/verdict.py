@@ -16,6 +16,8 @@ from ..errors import TensorFileError
 from ..predicates import values_equal
 from .masks import encodings_differ, is_bool, same_mask, same_mask_stats
 from ..chunks import gated
+from . import readahead
+from .readahead import PlannedRead
 from .metrics import StatMetrics, TensorMetrics, compare_arrays, compare_stats, has_stats, stat_value
 from .statsfirst import unchanged
 from .tolerances import dtype_family, pick_tolerance
@@ -344,12 +346,42 @@ def _layouts(ga, ta):
                 yield tt.transpose(p).reshape(ga.shape)
 
 
+def planned_read(gl: Any, tl: Any, gd: Any, td: Any, opts: Any) -> Optional[PlannedRead]:
+    """The data read ``_judge_tensor`` will make for this value pair when it compares the two
+    tensors in their own shape, for the read-ahead to start early; None when it will not read
+    them, or may read them another way (a hint: the judge still decides, see readahead.py)."""
+    if opts.stats_only or not (is_tensor_summary(gl) and is_tensor_summary(tl)):
+        return None
+    g_name, t_name = gl.get("data_name"), tl.get("data_name")
+    if not (g_name and t_name) or gl.get(UNINITIALIZED) or tl.get(UNINITIALIZED):
+        return None
+    gs, ts = _shape(gl.get("shape")), _shape(tl.get("shape"))
+    if gs is None or ts is None or 0 in gs or (gs != ts and _squeezed(gs) != _squeezed(ts)):
+        return None
+    if encodings_differ(gl, tl) or (opts.stats_first and unchanged(gl, tl)):
+        return None
+    tol = pick_tolerance(gl.get("dtype"), tl.get("dtype"), opts.rtol, opts.atol)
+    return PlannedRead(gd, g_name, td, t_name, tol.rtol, tol.atol, opts.equal_nan)
+
+
 def _compare_data(g_name: str, t_name: str, row: Any, gd: Any, td: Any, tol, opts: Any,
                   layout: bool = False) -> Tuple[str, str]:
-    ga = gd.load_tensor(g_name)
-    ta = td.load_tensor(t_name)
+    ahead = None if layout else readahead.take(PlannedRead(gd, g_name, td, t_name, tol.rtol, tol.atol,
+                                                           opts.equal_nan))
+    ga, ta = ahead.arrays() if ahead else (gd.load_tensor(g_name), td.load_tensor(t_name))
     if ga.size != ta.size:
         return ERROR, f"tensor data size differs: golden {list(ga.shape)}, target {list(ta.shape)}"
+    m = (ahead.metrics() if ahead else None) or _metrics(ga, ta, tol, opts, layout)
+    for k, v in m.to_dict().items():
+        if hasattr(row, k) and k not in ("rtol", "atol"):
+            setattr(row, k, v)
+    unmap_later(ga, ta)
+    return tensor_verdict(m)
+
+
+def _metrics(ga: Any, ta: Any, tol, opts: Any, layout: bool) -> TensorMetrics:
+    """Target against golden in golden's shape; with `layout`, in the first layout tried that
+    passes, else the closest one."""
     m = None
     for cand in (_layouts(ga, ta) if layout else [ta.reshape(ga.shape) if ga.shape != ta.shape else ta]):
         got = compare_arrays(ga, cand, tol.rtol, tol.atol, equal_nan=opts.equal_nan)
@@ -357,8 +389,4 @@ def _compare_data(g_name: str, t_name: str, row: Any, gd: Any, td: Any, tol, opt
             m = got
         if tensor_verdict(m)[0] == PASS:
             break
-    for k, v in m.to_dict().items():
-        if hasattr(row, k) and k not in ("rtol", "atol"):
-            setattr(row, k, v)
-    unmap_later(ga, ta)
-    return tensor_verdict(m)
+    return m

@@ -100,6 +100,11 @@ class Dump:
             self._tensors = open_tensors(self.dir, self.data_dir)
         return self._tensors
 
+    def locate(self, data_name: str) -> Optional[Tuple[str, int]]:
+        """(file, offset of the .npy bytes) of a tensor whose array is the file's own; None for
+        msprobe's transposed gradients and for what the store cannot place."""
+        return None if data_name in self.transposed else self.tensors.locate(data_name)
+
     def load_tensor(self, data_name: str) -> np.ndarray:
         array = self.tensors.load(data_name)
         _BYTES_READ[0] += array.nbytes

@@ -1,0 +1,149 @@
+"""Compare's head start (ts_core/headstart.py) changes no result: the judge takes its kernel
+results only for exactly the files, dtypes and tolerance they were computed for, and computes
+everything else itself. Checked against the same compare without a head start, in both tensor
+layouts, after a file changed under it, at a tolerance it did not guess, and through the CLI."""
+import json
+import os
+import shutil
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from ts_core.verdicts import ERROR, PASS
+from ts_core import headstart
+from ts_core.compare import api, pick_tolerance
+from ts_core.writer.tensor_files import TensorPackWriter
+
+from compare_dumpgen import DumpWriter
+
+N = 40_000          # elements a tensor: 160 kB of float32, above the head start's floor below
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.setattr(headstart, "MIN_BYTES", 1 << 16)
+    headstart.stop()
+    headstart._results.clear()
+    yield
+    headstart.stop()
+    headstart._results.clear()
+
+
+def _dumps(root, packed=False):
+    rng = np.random.default_rng(3)
+    golden = [rng.standard_normal(N).astype(np.float32 if i % 3 else np.float64) for i in range(6)]
+    for side in ("golden", "target"):
+        d = DumpWriter(root / side)
+        for i, g in enumerate(golden):         # target: errors from far within to far beyond tolerance
+            noise = (g * 10.0 ** rng.uniform(-9, -2, N)).astype(g.dtype) if side == "target" else 0
+            d.forward(f"Functional.linear.{i}.forward", [], [g + noise])
+        d.forward("Functional.small.0.forward", [], [np.arange(10, dtype=np.float32)])      # under the floor
+        folder = d.close()
+        if packed:
+            _pack(folder)
+    return str(root / "golden"), str(root / "target")
+
+
+def _pack(folder):
+    """The rank folder in the packed layout, written by the tool's own pack writer."""
+    tensors, errors = folder / "dump_tensor_data", []
+    writer = TensorPackWriter(str(folder), lambda a: a, errors.append)
+    for name in sorted(os.listdir(tensors)):
+        writer.submit(name, np.load(tensors / name))
+    writer.close()
+    assert not errors
+    shutil.rmtree(tensors)
+    doc = json.loads((folder / "dump.json").read_text())
+    doc.update(dump_data_dir=str(folder / "dump_tensor_data.tar"), tensor_format="packed")
+    (folder / "dump.json").write_text(json.dumps(doc))
+
+
+def _rows(golden, target, **kw):
+    res = api.compare(golden, target, workers=1, verbose=False, html=False, **kw)
+    return [r.to_dict() for p in res.pairs for r in p.rows]
+
+
+def _head_start(golden, target, rtol=None, atol=None):
+    headstart.begin(golden, target, rtol, atol, True)
+    headstart._thread.join()        # let it finish every pair (in the CLI the judge stops it)
+    headstart._thread = None
+
+
+def test_default_tolerances_are_the_judges():
+    from ts_core import native
+
+    for code, dtype in ((native.F32, "torch.float32"), (native.F64, "torch.float64")):
+        tol = pick_tolerance(dtype, dtype)
+        assert headstart.DEFAULT_TOLERANCE[code] == (tol.rtol, tol.atol)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_results_taken_are_those_the_judge_computes(tmp_path, monkeypatch, packed):
+    golden, target = _dumps(tmp_path, packed)
+    want = _rows(golden, target)
+    _head_start(golden, target)
+    assert len(headstart._results) == 6                     # the six large pairs, not the small one
+    taken = []
+    real = headstart.take
+    monkeypatch.setattr(headstart, "take", lambda *a: taken.append(real(*a)) or taken[-1])
+    assert _rows(golden, target) == want
+    assert sum(t is not None for t in taken) == 6 and not headstart.pending()
+    assert any(r["verdict"] != PASS for r in want)          # a compare that finds something
+
+
+def test_a_file_changed_after_the_head_start_is_read_again(tmp_path):
+    golden, target = _dumps(tmp_path)
+    _head_start(golden, target)
+    path = os.path.join(target, "step0", "rank0", "dump_tensor_data", "Functional.linear.1.forward.output.0.npy")
+    arr = np.load(path)
+    time.sleep(0.01)                                        # a later modification time, whatever the clock
+    np.save(path, arr + np.float32(1.0))
+    got = _rows(golden, target)
+    headstart._results.clear()
+    assert got == _rows(golden, target)
+    row = next(r for r in got if r["name"] == "Functional.linear.1.forward.output.0")
+    g = np.load(path.replace(target, golden)).astype(np.float64)
+    assert row["verdict"] == ERROR and row["max_abs_err"] == pytest.approx(np.abs(arr + np.float32(1.0) - g).max())
+
+
+def test_a_tolerance_it_did_not_guess_is_computed_by_the_judge(tmp_path):
+    golden, target = _dumps(tmp_path)
+    _head_start(golden, target)                             # at the dtype defaults
+    got = _rows(golden, target, rtol=1e-3, atol=1e-6)
+    assert len(headstart._results) == 6                     # none of them was this compare's
+    headstart._results.clear()
+    assert got == _rows(golden, target, rtol=1e-3, atol=1e-6)
+
+
+def test_stop_ends_the_thread_and_keeps_only_whole_pairs(tmp_path, monkeypatch):
+    golden, target = _dumps(tmp_path)
+    from ts_core import native
+
+    parts, started = [], threading.Event()
+    real = native.compare_range
+
+    def first_part(*a):                  # the judge starts while the first pair is half done
+        parts.append(a)
+        started.set()
+        headstart._stop.wait(30)
+        return real(*a)
+    monkeypatch.setattr(native, "COMPARE_SEGMENT", N // 4)
+    monkeypatch.setattr(native, "COMPARE_CHUNK", N // 8)
+    monkeypatch.setattr(native, "compare_range", first_part)
+    headstart.begin(golden, target, None, None, True)
+    assert started.wait(30)
+    headstart.stop()
+    assert len(parts) == 1 and headstart._results == {} and headstart._thread is None
+
+
+def test_the_cli_compare_with_its_head_start_writes_what_the_api_does(tmp_path):
+    from ts_core.cli import main
+
+    golden, target = _dumps(tmp_path)
+    out = tmp_path / "out"
+    assert main(["compare", golden, target, "-o", str(out), "--no-html", "--workers", "1"]) == 1
+    api_out = tmp_path / "api"
+    api.compare(golden, target, str(api_out), workers=1, verbose=False, html=False)
+    assert (out / "compare.csv").read_bytes() == (api_out / "compare.csv").read_bytes()

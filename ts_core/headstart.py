@@ -1,0 +1,198 @@
+"""Compare's head start: while ``tsprobe compare`` loads numpy and its own modules (~0.2 s on one
+core), a thread compares the float tensors the two dumps store under the same name, with the
+native kernel, at the tolerance the judge will most likely use (the dtype's default, or the
+user's ``--rtol``/``--atol``).
+
+The judge's read-ahead takes a pair's kernel results from here only when they were computed for
+exactly its two files (device, inode, size, modification time, where the .npy bytes start), its
+dtypes, element count, tolerance and kernel geometry; anything else it computes itself. So the
+guess changes the speed, never a result. The thread stops when the judge starts (``stop``), and
+before a fork. Nothing here imports numpy: that is what the thread runs beside.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import mmap
+import os
+import re
+import threading
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from . import native
+
+MIN_BYTES = 1 << 20          # smaller tensors are not worth a thread's hand-over
+TENSOR_DIR, PACK_TAR, PACK_INDEX = "dump_tensor_data", "dump_tensor_data.tar", "dump_tensor_data.index.json"
+# float32/float64 tolerances when the user gives none: judge/tolerances.py's defaults
+# (tests/compare/test_headstart.py checks they are the same)
+DEFAULT_TOLERANCE = {native.F32: (1e-4, 1e-5), native.F64: (1e-7, 1e-9)}
+_HEADER = re.compile(r"\{'descr': '<(f4|f8)', 'fortran_order': False, 'shape': \(([0-9, ]*)\), \}\s*")
+_CODES = {"f4": native.F32, "f8": native.F64}
+
+FileId = Tuple[int, int, int, int, int]           # st_dev, st_ino, st_size, st_mtime_ns, .npy offset
+_results: Dict[Tuple, List] = {}
+_stop = threading.Event()
+_thread: Optional[threading.Thread] = None
+
+
+def file_id(path: str, offset: int) -> Optional[FileId]:
+    try:
+        return _identity(os.stat(path), offset)
+    except OSError:
+        return None
+
+
+def _identity(st: os.stat_result, offset: int) -> FileId:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, offset)
+
+
+def begin(golden: str, target: str, rtol: Optional[float], atol: Optional[float], equal_nan: bool) -> None:
+    """Start comparing the two dumps' same-named tensors on a thread (not on a single core, nor
+    without the native kernel)."""
+    global _thread
+    if _thread is not None or (os.cpu_count() or 1) < 2 or not native.available():
+        return
+    _stop.clear()
+    _thread = threading.Thread(target=_run, args=(golden, target, rtol, atol, equal_nan),
+                               name="tsprobe-headstart", daemon=True)
+    _thread.start()
+
+
+def stop() -> None:
+    """Stop the thread after its current part (a pair it had not finished is dropped)."""
+    global _thread
+    _stop.set()
+    if _thread is not None:
+        _thread.join()
+        _thread = None
+
+
+def pending() -> bool:
+    """True while results wait to be taken."""
+    return bool(_results)
+
+
+def take(golden: Optional[Tuple[str, int]], target: Optional[Tuple[str, int]], kernel: Tuple) -> Optional[List]:
+    """The kernel's part results for these two .npy files (path, offset of the .npy bytes) under
+    `kernel` (dtype codes, element count, chunk, segment, rtol, atol, equal_nan); None when the
+    head start did not compute exactly that."""
+    if not _results or golden is None or target is None:
+        return None
+    g, t = file_id(*golden), file_id(*target)
+    return _results.pop((g, t, kernel), None) if g and t else None
+
+
+def _run(golden: str, target: str, rtol: Optional[float], atol: Optional[float], equal_nan: bool) -> None:
+    try:
+        for g_file, t_file in _same_named(golden, target):
+            if _stop.is_set():
+                return
+            _compare_files(g_file, t_file, rtol, atol, equal_nan)
+    except Exception:        # a head start only: the judge reads and reports every file itself
+        return
+
+
+def _same_named(golden: str, target: str) -> Iterator[Tuple[Tuple[str, int, int], Tuple[str, int, int]]]:
+    """(path, offset, length) of the .npy bytes of each tensor both dumps hold under one name, in
+    the same rank folder (relative to the two roots), largest first."""
+    pairs = []
+    for rel in _rank_folders(golden):
+        g_dir, t_dir = os.path.join(golden, rel), os.path.join(target, rel)
+        g, t = _tensors(g_dir), _tensors(t_dir)
+        pairs += [(g[name], t[name]) for name in g.keys() & t.keys() if g[name][2] >= MIN_BYTES]
+    pairs.sort(key=lambda p: -p[0][2])
+    return iter(pairs)
+
+
+def _rank_folders(root: str, depth: int = 3) -> Iterator[str]:
+    """Folders under `root` (itself included, as "") holding a tensor folder or a pack."""
+    if not os.path.isdir(root):
+        return
+    stack = [("", 0)]
+    while stack:
+        rel, d = stack.pop()
+        here = os.path.join(root, rel)
+        names = os.listdir(here)
+        if TENSOR_DIR in names or PACK_TAR in names:
+            yield rel
+        elif d < depth:
+            stack += [(os.path.join(rel, n), d + 1) for n in names if os.path.isdir(os.path.join(here, n))]
+
+
+def _tensors(folder: str) -> Dict[str, Tuple[str, int, int]]:
+    """name -> (path, offset, length) of a rank folder's .npy tensors, either layout."""
+    if os.path.isfile(os.path.join(folder, PACK_TAR)):
+        with open(os.path.join(folder, PACK_INDEX), encoding="utf-8") as f:
+            members = json.load(f)["members"]
+        tar = os.path.join(folder, PACK_TAR)
+        return {n: (tar, int(v[0]), int(v[1])) for n, v in members.items() if n.endswith(".npy")}
+    tensors = os.path.join(folder, TENSOR_DIR)
+    out = {}
+    with os.scandir(tensors) as it:
+        for e in it:
+            if e.name.endswith(".npy") and e.is_file():
+                out[e.name] = (e.path, 0, e.stat().st_size)
+    return out
+
+
+def _header(fd: int, offset: int) -> Optional[Tuple[int, int, int]]:
+    """(dtype code, element count, header length) of a little-endian C-order float32/float64
+    .npy as numpy writes it; None for anything else."""
+    head = os.pread(fd, 256, offset)
+    if head[:6] != b"\x93NUMPY" or head[6] != 1:
+        return None
+    hlen = int.from_bytes(head[8:10], "little")
+    m = _HEADER.fullmatch(head[10:10 + hlen].decode("latin1"))
+    if m is None:
+        return None
+    count = 1
+    for d in (x for x in m.group(2).split(",") if x.strip()):
+        count *= int(d)
+    return _CODES[m.group(1)], count, 10 + hlen
+
+
+def _compare_files(g_file: Tuple[str, int, int], t_file: Tuple[str, int, int], rtol: Optional[float],
+                   atol: Optional[float], equal_nan: bool) -> None:
+    ids, maps, addrs, heads = [], [], [], []
+    try:
+        for path, offset, length in (g_file, t_file):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                head = _header(fd, offset)
+                if head is None or offset + head[2] + head[1] * (4 if head[0] == native.F32 else 8) > \
+                        offset + length:
+                    return
+                ids.append(_identity(os.fstat(fd), offset))
+                start = offset + head[2]
+                base = start - start % mmap.ALLOCATIONGRANULARITY
+                # a private (copy-on-write) map, so that ctypes may take its address; nothing writes it
+                mm = mmap.mmap(fd, start + head[1] * (4 if head[0] == native.F32 else 8) - base,
+                               access=mmap.ACCESS_COPY, offset=base)
+            finally:
+                os.close(fd)
+            maps.append(mm)
+            view = ctypes.c_char.from_buffer(mm)
+            addrs.append(ctypes.addressof(view) + start - base)
+            del view
+            heads.append(head)
+        (gc, n, _), (tc, tn, _) = heads
+        if n != tn or n == 0:
+            return
+        r, a = DEFAULT_TOLERANCE[gc if gc == native.F64 and tc == native.F64 else native.F32]
+        r, a = (r if rtol is None else rtol), (a if atol is None else atol)
+        chunk, segment = native.COMPARE_CHUNK, native.COMPARE_SEGMENT
+        parts = []
+        for b, e in native.compare_parts(n, chunk, segment):
+            if _stop.is_set():
+                return
+            got = native.compare_range(addrs[0], gc, addrs[1], tc, b, e, chunk, r, a, equal_nan)
+            if got is None:
+                return
+            parts.append(got)
+        _results[(ids[0], ids[1], (gc, tc, n, chunk, segment, r, a, bool(equal_nan)))] = parts
+    finally:
+        for mm in maps:
+            mm.close()
+
+
+os.register_at_fork(before=stop)
