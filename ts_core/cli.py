@@ -86,13 +86,22 @@ def _head_start(args: argparse.Namespace) -> None:
     target = args.target if args.target is not None else args.target_path
     if golden and target and not (args.stats_only or args.stats_first) and args.executor == "local" \
             and args.chunks == 1:
-        from ts_core import headstart
+        from ts_core import headstart       # no numpy, nothing of ts_core.compare
 
         headstart.begin(golden, target, args.rtol, args.atol, not args.nan_differs)
 
 
 def _run_compare(args: argparse.Namespace) -> int:
+    from ts_core import headstart
+
     _head_start(args)
+    try:
+        return _compare_command(args)
+    finally:
+        headstart.end()
+
+
+def _compare_command(args: argparse.Namespace) -> int:
     from ts_core.compare import compare
 
     for side, flag in (("golden", "-gp"), ("target", "-tp")):

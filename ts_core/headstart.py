@@ -67,6 +67,12 @@ def stop() -> None:
         _thread = None
 
 
+def end() -> None:
+    """Stop, and forget what the judge did not take (the compare is over)."""
+    stop()
+    _results.clear()
+
+
 def pending() -> bool:
     """True while results wait to be taken."""
     return bool(_results)

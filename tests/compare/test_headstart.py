@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -97,9 +96,9 @@ def test_a_file_changed_after_the_head_start_is_read_again(tmp_path):
     golden, target = _dumps(tmp_path)
     _head_start(golden, target)
     path = os.path.join(target, "step0", "rank0", "dump_tensor_data", "Functional.linear.1.forward.output.0.npy")
-    arr = np.load(path)
-    time.sleep(0.01)                                        # a later modification time, whatever the clock
-    np.save(path, arr + np.float32(1.0))
+    arr, before = np.load(path), os.stat(path).st_mtime_ns
+    np.save(path, arr + np.float32(1.0))                    # the same file, size and inode: new bytes
+    os.utime(path, ns=(before + 1000, before + 1000))       # a later time, whatever the clock's tick
     got = _rows(golden, target)
     headstart._results.clear()
     assert got == _rows(golden, target)
@@ -144,6 +143,7 @@ def test_the_cli_compare_with_its_head_start_writes_what_the_api_does(tmp_path):
     golden, target = _dumps(tmp_path)
     out = tmp_path / "out"
     assert main(["compare", golden, target, "-o", str(out), "--no-html", "--workers", "1"]) == 1
+    assert headstart._thread is None and not headstart.pending()      # stopped, nothing left behind
     api_out = tmp_path / "api"
     api.compare(golden, target, str(api_out), workers=1, verbose=False, html=False)
     assert (out / "compare.csv").read_bytes() == (api_out / "compare.csv").read_bytes()
