@@ -90,9 +90,9 @@ def test_a_write_tsprobe_does_not_see_counts_as_written(tmp_path):
     assert "uninitialized" not in read and read["Max"] == pytest.approx(float((x[0] * 3).max()))
 
 
-def test_the_wrappers_come_off_at_close():
+def test_the_wrappers_come_off_at_close(tmp_path):
     before = {name: getattr(owner, name) for owner, name in uninit.ALLOCATORS + uninit.WRITERS}
-    dbg = PrecisionDebugger(dump_path="/tmp/unused-never-written", task="statistics", level="L1", step=[0])
+    dbg = PrecisionDebugger(dump_path=str(tmp_path / "dump"), task="statistics", level="L1", step=[0])
     model = torch.nn.Linear(2, 2)
     dbg.start(model)
     assert torch.Tensor.new_empty is not before["new_empty"] and torch.empty is not before["empty"]
