@@ -141,9 +141,10 @@ def _tensors(folder: str) -> Dict[str, Tuple[str, int, int]]:
     return out
 
 
-def _header(fd: int, offset: int) -> Optional[Tuple[int, int, int]]:
-    """(dtype code, element count, header length) of a little-endian C-order float32/float64
-    .npy as numpy writes it; None for anything else."""
+def _header(fd: int, offset: int) -> Optional[Tuple[int, int, int, int]]:
+    """(dtype code, element count, header length, data bytes) of a little-endian C-order
+    float32/float64 .npy as numpy writes it; None for anything else. (npy_map.parse_header reads
+    every .npy, but needs numpy, which this thread runs beside.)"""
     head = os.pread(fd, 256, offset)
     if head[:6] != b"\x93NUMPY" or head[6] != 1:
         return None
@@ -154,7 +155,7 @@ def _header(fd: int, offset: int) -> Optional[Tuple[int, int, int]]:
     count = 1
     for d in (x for x in m.group(2).split(",") if x.strip()):
         count *= int(d)
-    return _CODES[m.group(1)], count, 10 + hlen
+    return _CODES[m.group(1)], count, 10 + hlen, count * (4 if m.group(1) == "f4" else 8)
 
 
 def _compare_files(g_file: Tuple[str, int, int], t_file: Tuple[str, int, int], rtol: Optional[float],
@@ -165,14 +166,13 @@ def _compare_files(g_file: Tuple[str, int, int], t_file: Tuple[str, int, int], r
             fd = os.open(path, os.O_RDONLY)
             try:
                 head = _header(fd, offset)
-                if head is None or offset + head[2] + head[1] * (4 if head[0] == native.F32 else 8) > \
-                        offset + length:
+                if head is None or head[2] + head[3] > length:
                     return
                 ids.append(_identity(os.fstat(fd), offset))
                 start = offset + head[2]
                 base = start - start % mmap.ALLOCATIONGRANULARITY
                 # a private (copy-on-write) map, so that ctypes may take its address; nothing writes it
-                mm = mmap.mmap(fd, start + head[1] * (4 if head[0] == native.F32 else 8) - base,
+                mm = mmap.mmap(fd, start + head[3] - base,
                                access=mmap.ACCESS_COPY, offset=base)
             finally:
                 os.close(fd)
@@ -181,7 +181,7 @@ def _compare_files(g_file: Tuple[str, int, int], t_file: Tuple[str, int, int], r
             addrs.append(ctypes.addressof(view) + start - base)
             del view
             heads.append(head)
-        (gc, n, _), (tc, tn, _) = heads
+        (gc, n, _, _), (tc, tn, _, _) = heads
         if n != tn or n == 0:
             return
         r, a = DEFAULT_TOLERANCE[gc if gc == native.F64 and tc == native.F64 else native.F32]
