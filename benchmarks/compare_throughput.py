@@ -1,6 +1,7 @@
 """Throughput and peak memory of `tsprobe compare` on two tensor dumps of >= 1 GB each.
 
-Builds two synthetic tsprobe tensor dumps (float32 .npy files named by a dump.json, target =
+Builds two synthetic tsprobe tensor dumps (float32 or ``--dtype float16`` .npy files named by a
+dump.json, target =
 golden + small noise) in msprobe's layout (``dump_tensor_data/``) and the same two in the
 packed layout (``tensor_format: packed``, one tar each, written by the tool's own pack
 writer), runs `tsprobe compare` on each layout in a child process (interleaved, ``--repeat``
@@ -15,7 +16,7 @@ instrumented run that reports its time per stage (load, align, judge, explain, r
 in the child by timing the pipeline's stage functions; the timed runs are the plain CLI.
 
     python benchmarks/compare_throughput.py [--gb 1.0] [--tensor-mb 16] [--repeat 2] [--keep DIR]
-        [--pairs agreeing,diverging] [--layouts folder,packed]
+        [--pairs agreeing,diverging] [--layouts folder,packed] [--dtype float32|float16]
 """
 from __future__ import annotations
 
@@ -34,9 +35,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))    # this che
 sys.path.insert(0, ROOT)
 
 
-def build(root: str, n_files: int, elems: int, noise: float, seed: int, diverge_every: int = 0) -> None:
-    """A dump of `n_files` float32 tensors; every `diverge_every`-th one (0: none) gets noise of
-    1e-2 instead of `noise` (far beyond the float32 tolerance)."""
+def build(root: str, n_files: int, elems: int, noise: float, seed: int, diverge_every: int = 0,
+          dtype: str = "float32") -> None:
+    """A dump of `n_files` tensors of `dtype`; every `diverge_every`-th one (0: none) gets noise of
+    1e-2 instead of `noise` (far beyond the float32 and float16 tolerances)."""
     rank = os.path.join(root, "step0", "rank")
     data_dir = os.path.join(rank, "dump_tensor_data")
     os.makedirs(data_dir)
@@ -48,12 +50,13 @@ def build(root: str, n_files: int, elems: int, noise: float, seed: int, diverge_
         scale = 1e-2 if diverge_every and i % diverge_every == 0 else noise
         if scale:
             arr += noise_rng.standard_normal(elems, dtype=np.float32) * scale
+        arr = arr.astype(dtype)
         key = f"Functional.linear.{i}.forward"
         name = f"{key}.output.0.npy"
         np.save(os.path.join(data_dir, name), arr)
         a64 = arr.astype(np.float64)
         data[key] = {"input_args": [], "input_kwargs": {}, "output": [{
-            "type": "torch.Tensor", "dtype": "torch.float32", "shape": [elems],
+            "type": "torch.Tensor", "dtype": f"torch.{dtype}", "shape": [elems],
             "Max": float(a64.max()), "Min": float(a64.min()), "Mean": float(a64.mean()),
             "Norm": float(np.sqrt((a64 * a64).sum())), "requires_grad": False, "data_name": name}]}
     with open(os.path.join(rank, "dump.json"), "w") as f:
@@ -159,26 +162,29 @@ def main() -> None:
     p.add_argument("--keep", help="build the dumps here and keep them")
     p.add_argument("--pairs", default="agreeing,diverging", help="agreeing, diverging or both")
     p.add_argument("--layouts", default="folder,packed", help="folder, packed or both")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16"), help="the tensors' dtype")
     args = p.parse_args()
     kinds = [k for k in ("agreeing", "diverging") if k in args.pairs.split(",")]
     layouts = [(lay, "" if lay == "folder" else "_packed") for lay in ("folder", "packed")
                if lay in args.layouts.split(",")]
     work = args.keep or tempfile.mkdtemp(prefix="tscmp_")
-    elems = int(args.tensor_mb * 2**20 / 4)
-    n_files = max(1, int(args.gb * 2**30 / (elems * 4)))
+    itemsize = np.dtype(args.dtype).itemsize
+    elems = int(args.tensor_mb * 2**20 / itemsize)
+    n_files = max(1, int(args.gb * 2**30 / (elems * itemsize)))
     golden, out = os.path.join(work, "golden"), os.path.join(work, "out")
     targets = {"agreeing": os.path.join(work, "target"), "diverging": os.path.join(work, "target_diverging")}
     if not os.path.exists(golden):
         print(f"building dumps of {n_files} x {args.tensor_mb:g} MB in {work} ...", file=sys.stderr)
-        build(golden, n_files, elems, 0.0, 1)
+        build(golden, n_files, elems, 0.0, 1, dtype=args.dtype)
     for kind in kinds:
         if not os.path.exists(targets[kind]):
-            build(targets[kind], n_files, elems, 1e-6, 2, diverge_every=3 if kind == "diverging" else 0)
+            build(targets[kind], n_files, elems, 1e-6, 2, diverge_every=3 if kind == "diverging" else 0,
+                  dtype=args.dtype)
     if any(lay == "packed" for lay, _ in layouts):
         for root in [golden] + [targets[k] for k in kinds]:
             if not os.path.exists(root + "_packed"):
                 pack(root, root + "_packed")
-    total_mb = 2 * n_files * elems * 4 / 2**20
+    total_mb = 2 * n_files * elems * itemsize / 2**20
     base = numpy_baseline([golden, targets[kinds[0]]])
     runs: dict = {(k, lay): [] for k in kinds for lay, _ in layouts}
     staged = {(kind, layout): run_compare(golden + suffix, targets[kind] + suffix, out, stages=True)[3]
@@ -187,7 +193,8 @@ def main() -> None:
         for kind in kinds:
             for layout, suffix in layouts:
                 runs[(kind, layout)].append(run_compare(golden + suffix, targets[kind] + suffix, out))
-    print(f"compared {total_mb:.0f} MB ({n_files} tensor pairs of {args.tensor_mb:g} MB), tsprobe compare --workers 1:")
+    print(f"compared {total_mb:.0f} MB ({n_files} {args.dtype} tensor pairs of {args.tensor_mb:g} MB), "
+          f"tsprobe compare --workers 1:")
     for (kind, layout), got in runs.items():
         rates = ", ".join(f"{total_mb / g[0]:.0f}" for g in got)
         best = min(got, key=lambda g: g[0])

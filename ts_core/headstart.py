@@ -23,11 +23,12 @@ from . import native
 
 MIN_BYTES = 1 << 20          # smaller tensors are not worth a thread's hand-over
 TENSOR_DIR, PACK_TAR, PACK_INDEX = "dump_tensor_data", "dump_tensor_data.tar", "dump_tensor_data.index.json"
-# float32/float64 tolerances when the user gives none: judge/tolerances.py's defaults
-# (tests/compare/test_headstart.py checks they are the same)
-DEFAULT_TOLERANCE = {native.F32: (1e-4, 1e-5), native.F64: (1e-7, 1e-9)}
-_HEADER = re.compile(r"\{'descr': '<(f4|f8)', 'fortran_order': False, 'shape': \(([0-9, ]*)\), \}\s*")
-_CODES = {"f4": native.F32, "f8": native.F64}
+# float tolerances when the user gives none: judge/tolerances.py's defaults; a pair of two dtypes
+# takes the stricter, as pick_tolerance does (tests/compare/test_headstart.py checks both)
+DEFAULT_TOLERANCE = {native.F32: (1e-4, 1e-5), native.F64: (1e-7, 1e-9), native.F16: (1e-3, 1e-3)}
+_HEADER = re.compile(r"\{'descr': '<(f2|f4|f8)', 'fortran_order': False, 'shape': \(([0-9, ]*)\), \}\s*")
+_CODES = {"f2": native.F16, "f4": native.F32, "f8": native.F64}
+_ITEMSIZE = {"f2": 2, "f4": 4, "f8": 8}
 
 FileId = Tuple[int, int, int, int, int]           # st_dev, st_ino, st_size, st_mtime_ns, .npy offset
 _results: Dict[Tuple, List] = {}
@@ -44,6 +45,11 @@ def file_id(path: str, offset: int) -> Optional[FileId]:
 
 def _identity(st: os.stat_result, offset: int) -> FileId:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, offset)
+
+
+def default_tolerance(golden_code: int, target_code: int) -> Tuple[float, float]:
+    """(rtol, atol) the judge uses for these file dtypes when the user gives none (the stricter)."""
+    return min(DEFAULT_TOLERANCE[golden_code], DEFAULT_TOLERANCE[target_code])
 
 
 def begin(golden: str, target: str, rtol: Optional[float], atol: Optional[float], equal_nan: bool) -> None:
@@ -143,7 +149,7 @@ def _tensors(folder: str) -> Dict[str, Tuple[str, int, int]]:
 
 def _header(fd: int, offset: int) -> Optional[Tuple[int, int, int, int]]:
     """(dtype code, element count, header length, data bytes) of a little-endian C-order
-    float32/float64 .npy as numpy writes it; None for anything else. (npy_map.parse_header reads
+    float16/32/64 .npy as numpy writes it; None for anything else. (npy_map.parse_header reads
     every .npy, but needs numpy, which this thread runs beside.)"""
     head = os.pread(fd, 256, offset)
     if head[:6] != b"\x93NUMPY" or head[6] != 1:
@@ -155,7 +161,7 @@ def _header(fd: int, offset: int) -> Optional[Tuple[int, int, int, int]]:
     count = 1
     for d in (x for x in m.group(2).split(",") if x.strip()):
         count *= int(d)
-    return _CODES[m.group(1)], count, 10 + hlen, count * (4 if m.group(1) == "f4" else 8)
+    return _CODES[m.group(1)], count, 10 + hlen, count * _ITEMSIZE[m.group(1)]
 
 
 def _compare_files(g_file: Tuple[str, int, int], t_file: Tuple[str, int, int], rtol: Optional[float],
@@ -184,7 +190,7 @@ def _compare_files(g_file: Tuple[str, int, int], t_file: Tuple[str, int, int], r
         (gc, n, _, _), (tc, tn, _, _) = heads
         if n != tn or n == 0:
             return
-        r, a = DEFAULT_TOLERANCE[gc if gc == native.F64 and tc == native.F64 else native.F32]
+        r, a = default_tolerance(gc, tc)
         r, a = (r if rtol is None else rtol), (a if atol is None else atol)
         chunk, segment = native.COMPARE_CHUNK, native.COMPARE_SEGMENT
         parts = []

@@ -17,7 +17,7 @@ from ts_core.writer.tensor_files import TensorPackWriter
 
 from compare_dumpgen import DumpWriter
 
-N = 40_000          # elements a tensor: 160 kB of float32, above the head start's floor below
+N = 40_000          # elements a tensor: 80 kB of float16, above the head start's floor below
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +32,7 @@ def _fresh(monkeypatch):
 
 def _dumps(root, packed=False):
     rng = np.random.default_rng(3)
-    golden = [rng.standard_normal(N).astype(np.float32 if i % 3 else np.float64) for i in range(6)]
+    golden = [rng.standard_normal(N).astype((np.float64, np.float32, np.float16)[i % 3]) for i in range(6)]
     for side in ("golden", "target"):
         d = DumpWriter(root / side)
         for i, g in enumerate(golden):         # target: errors from far within to far beyond tolerance
@@ -73,9 +73,12 @@ def _head_start(golden, target, rtol=None, atol=None):
 def test_default_tolerances_are_the_judges():
     from ts_core import native
 
-    for code, dtype in ((native.F32, "torch.float32"), (native.F64, "torch.float64")):
-        tol = pick_tolerance(dtype, dtype)
-        assert headstart.DEFAULT_TOLERANCE[code] == (tol.rtol, tol.atol)
+    dtypes = {native.F32: "torch.float32", native.F64: "torch.float64", native.F16: "torch.float16"}
+    assert set(headstart.DEFAULT_TOLERANCE) == set(dtypes)
+    for gc, g_dtype in dtypes.items():
+        for tc, t_dtype in dtypes.items():      # a pair of two dtypes: the stricter, as the judge takes
+            tol = pick_tolerance(g_dtype, t_dtype)
+            assert headstart.default_tolerance(gc, tc) == (tol.rtol, tol.atol)
 
 
 @pytest.mark.parametrize("packed", [False, True])

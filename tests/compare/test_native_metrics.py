@@ -1,5 +1,6 @@
 """The native one-pass compare kernel gives what the numpy accumulator (the reference) gives,
-on one thread and split over threads, with NaN/Inf, zeros in golden, mixed dtypes and small chunks."""
+on one thread and split over threads, with NaN/Inf, zeros in golden, mixed dtypes (float32,
+float64, float16 and bfloat16 on either side) and small chunks."""
 import numpy as np
 import pytest
 
@@ -24,8 +25,9 @@ def _numpy_reference(g, t, rtol, atol, equal_nan, chunk):
 def _case(seed):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 5000)) if seed % 3 else int(rng.integers(2_100_000, 2_600_000))
-    g = rng.standard_normal(n).astype(rng.choice([np.float32, np.float64]))
-    t = (g + rng.standard_normal(n) * rng.choice([0.0, 1e-7, 1e-3])).astype(rng.choice([np.float32, np.float64]))
+    g = rng.standard_normal(n).astype(rng.choice([np.float32, np.float64, np.float16]))
+    t = (g + rng.standard_normal(n) * rng.choice([0.0, 1e-7, 1e-3])).astype(rng.choice([np.float32, np.float64,
+                                                                                        np.float16]))
     g[rng.integers(0, n, max(1, n // 50))] = 0
     if seed % 2 == 0:
         for arr in (g, t):
@@ -54,10 +56,69 @@ def test_native_equals_numpy(seed, rtol, atol, monkeypatch):
 
 
 def test_other_dtypes_take_the_numpy_path():
-    g = np.arange(10, dtype=np.float16)
+    g = np.arange(10, dtype=np.int32)
     assert M._compare_native(g, g.copy(), 1e-3, 1e-3, True, M.CHUNK) is None
-    m = M.compare_arrays(g, g.copy(), 1e-3, 1e-3)
-    assert m.allclose_ratio == 1.0 and m.worst_index is None
+    m = M.compare_arrays(g, g + 1, 0.0, 0.0)
+    assert m.allclose_ratio == 0.0 and m.max_abs_err == 1.0 and m.worst_index == (0,)
+    assert M._compare_native(np.arange(10, dtype=np.float16), np.arange(10, dtype=np.float16), 1e-3, 1e-3, True,
+                             M.CHUNK) is not None
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns of float32 values (truncated: any pattern will do, NaN included)."""
+    return (np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def _bf16_values(bits: np.ndarray) -> np.ndarray:
+    """The float32 values of bfloat16 bit patterns, computed apart from the kernel (numpy shifts)."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _native_raw(g, gc, t, tc, rtol, atol, equal_nan, values):
+    """The kernel on raw buffers of dtype codes gc/tc, its parts merged as the judge merges them
+    (the worst element's values read from `values`, the pair as floats)."""
+    parts = [native.compare_range(g.ctypes.data, gc, t.ctypes.data, tc, b, e, M.CHUNK, rtol, atol, equal_nan)
+             for b, e in native.compare_parts(g.size, M.CHUNK, 1 << 18)]
+    return M._merge_native(parts, *values, rtol, atol, equal_nan).result(g.shape)
+
+
+@pytest.mark.parametrize("other", ["bf16", "f32", "f16"])
+@pytest.mark.parametrize("seed", range(4))
+def test_bfloat16_equals_numpy_on_its_float32_values(seed, other):
+    """bfloat16 (not a numpy dtype: the kernel reads its bits) against bfloat16, float32 or
+    float16, with NaN/Inf: the same metrics as the numpy reference on the widened values."""
+    g, t = _case(seed)
+    gb = _bf16_bits(g)
+    gv = _bf16_values(gb)
+    if other == "bf16":
+        tb = _bf16_bits(t)
+        traw, tc, tv = tb, native.BF16, _bf16_values(tb)
+    else:
+        tv = np.ascontiguousarray(t, dtype=np.float32 if other == "f32" else np.float16)
+        traw, tc = tv, (native.F32 if other == "f32" else native.F16)
+    for rtol, atol, equal_nan in ((1e-2, 1e-3, True), (0.0, 0.0, False)):
+        a = _native_raw(gb, native.BF16, traw, tc, rtol, atol, equal_nan, (gv, tv))
+        b = _numpy_reference(gv, tv, rtol, atol, equal_nan, M.CHUNK)
+        for field in EXACT:
+            va, vb = getattr(a, field), getattr(b, field)
+            assert va == vb or (isinstance(va, float) and np.isnan(va) and np.isnan(vb)), field
+        for field in ("cosine", "mean_abs_err", "euclidean"):
+            va, vb = getattr(a, field), getattr(b, field)
+            assert (va is None) == (vb is None) and (va is None or va == pytest.approx(vb, rel=1e-9)), field
+
+
+def test_float16_specials_widen_exactly():
+    """Every float16 bit pattern (subnormals, +-0, +-inf, NaNs) against itself shifted by one
+    unit: the kernel's widening agrees with numpy's on all 65,536."""
+    g = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    t = (g.view(np.uint16) ^ np.uint16(1)).view(np.float16)
+    for rtol, atol in ((1e-3, 1e-3), (0.0, 0.0)):
+        a = M._compare_native(g, t, rtol, atol, True, M.CHUNK).result(g.shape)
+        b = _numpy_reference(g, t, rtol, atol, True, M.CHUNK)
+        for field in EXACT:
+            va, vb = getattr(a, field), getattr(b, field)
+            assert va == vb or (isinstance(va, float) and np.isnan(va) and np.isnan(vb)), field
+        assert a.golden_nan == 2 * 1023 and a.golden_inf == 2 and a.nonfinite_mismatch == 4
 
 
 def _maxima_case(kind):
@@ -89,7 +150,8 @@ def _maxima_case(kind):
 @pytest.mark.parametrize("rtol,atol", [(1e-4, 1e-5), (0.0, 0.0)])
 def test_native_maxima_equal_numpy(kind, rtol, atol):
     g, t = _maxima_case(kind)
-    for gd, td in ((np.float64, np.float64), (np.float32, np.float32)):
+    for gd, td in ((np.float64, np.float64), (np.float32, np.float32), (np.float16, np.float16),
+                   (np.float32, np.float16), (np.float64, np.float32)):
         with np.errstate(over="ignore", under="ignore"):       # "huge": the squares overflow on purpose
             ga, ta = g.astype(gd), t.astype(td)
             native_result = M._compare_native(ga, ta, rtol, atol, True, M.CHUNK)

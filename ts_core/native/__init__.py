@@ -25,7 +25,7 @@ try:        # ISA-L: ~4x zlib's CRC-32 on this hardware; zlib-compatible polynom
 except ImportError:      # pragma: no cover - optional dependency
     from zlib import crc32 as _crc32
 
-# dtype codes understood by stats.c (compare.c takes F32 and F64); kernels.h has the same
+# dtype codes understood by stats.c (compare.c takes F32, F64, F16, BF16); kernels.h has the same
 F32, F64, F16, BF16, I8, U8, I16, I32, I64, BOOL = range(10)
 
 # The extension's ABI that this file speaks (module.c's TSP_ABI).
@@ -133,7 +133,7 @@ def compare_parts(n: int, chunk: int = COMPARE_CHUNK, segment: int = COMPARE_SEG
 
 def compare_range(golden_addr: int, golden_code: int, target_addr: int, target_code: int, begin: int, end: int,
                   chunk: int, rtol: float, atol: float, equal_nan: bool) -> Optional[Tuple[List[float], List[int]]]:
-    """Metrics accumulators of elements [begin, end) of two float32/float64 buffers:
+    """Metrics accumulators of elements [begin, end) of two float32/float64/float16/bfloat16 buffers:
     (sums, counts) as laid out in compare.c, or None when the kernel is unavailable."""
     mod = _load()
     if mod is None:

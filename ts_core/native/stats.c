@@ -33,29 +33,7 @@
 #define BLOCK 512
 #define LANES 16
 
-static inline float bits_to_f32(uint32_t u) {
-    union { uint32_t u; float f; } v;
-    v.u = u;
-    return v.f;
-}
-
-static inline uint32_t f32_to_bits(float f) {
-    union { uint32_t u; float f; } v;
-    v.f = f;
-    return v.u;
-}
-
-static inline float bf16_to_f32(uint16_t h) { return bits_to_f32((uint32_t)h << 16); }
-
-/* IEEE half -> float without branches (vectorises), exact like F16C's vcvtph2ps: exponent
- * re-biased by one multiply, which also turns half subnormals into float normals; Inf/NaN
- * selected explicitly. */
-static inline float f16_to_f32(uint16_t h) {
-    uint32_t em = h & 0x7fffu;
-    float mag = bits_to_f32(em << 13) * 0x1p112f;
-    uint32_t bits = em >= 0x7c00u ? ((em << 13) | 0x7f800000u) : f32_to_bits(mag);
-    return bits_to_f32(bits | ((uint32_t)(h & 0x8000u) << 16));
-}
+/* bits_to_f32, f32_to_bits, bf16_to_f32, f16_to_f32: kernels.h (compare.c widens them too) */
 
 /* Reduce elements [0, len) of one block, element i read as LOAD(i), into the float32 block
  * results bs, bq, bmx, bmn (lane order fixed, see the header). */

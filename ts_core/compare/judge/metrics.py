@@ -198,7 +198,7 @@ def compare_arrays(golden: np.ndarray, target: np.ndarray, rtol: float, atol: fl
 
     ``target`` is judged against ``golden`` (numpy.isclose semantics:
     |t - g| <= atol + rtol * |g|). The worst element is the one furthest outside that bound.
-    float32/float64 pairs go through the native one-pass kernel, in parts of ``SEGMENT``
+    float32/float64/float16 pairs go through the native one-pass kernel, in parts of ``SEGMENT``
     elements spread over the compare threads; other dtypes, or no compiler, take the numpy
     accumulator (same results).
     """
@@ -237,7 +237,8 @@ def compare_tasks(golden: np.ndarray, target: np.ndarray, rtol: float, atol: flo
     return calls, finish
 
 
-_NATIVE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}
+# the dtypes compare.c reads (native.F32, F64, F16; bfloat16 is stored as float32)
+_NATIVE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.float16): 2}
 SEGMENT = COMPARE_SEGMENT      # elements of one native part (native.compare_parts)
 _pool = None
 
@@ -289,7 +290,7 @@ def kernel_key(golden: np.ndarray, target: np.ndarray, rtol: float, atol: float,
 def _native_calls(g: np.ndarray, t: np.ndarray, rtol: float, atol: float, equal_nan: bool,
                   chunk: int) -> Optional[List[Callable[[], Any]]]:
     """The native kernel's calls over two flat arrays, one per part of ``SEGMENT`` elements (cut
-    on chunk boundaries); None when the kernel does not take them (not float32/float64, not
+    on chunk boundaries); None when the kernel does not take them (not float32/64/16, not
     contiguous, or no kernel)."""
     from ... import native
 
