@@ -1,4 +1,5 @@
-"""The compare kernel's AVX2 lane loop (blocks of finite float32/float64 pairs) gives what its
+"""The compare kernel's AVX2 lane loop (blocks of finite float32/float64/float16 pairs, the two
+sides of one dtype or of two) gives what its
 scalar loop gives: the same counts, maxima and worst element (the first of equal scores), sums
 equal up to rounding; blocks holding NaN/Inf fall back to the scalar loop."""
 import numpy as np
@@ -35,12 +36,14 @@ def _same(scalar, lanes):
         assert getattr(lanes, field) == pytest.approx(getattr(scalar, field), rel=1e-12), field
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_lanes_equal_the_scalar_loop_with_nonfinite_blocks_zeros_and_a_tail(dtype):
+@pytest.mark.parametrize("g_dtype,t_dtype", [(np.float32, np.float32), (np.float64, np.float64),
+                                             (np.float16, np.float16), (np.float32, np.float16),
+                                             (np.float16, np.float64), (np.float64, np.float32)])
+def test_lanes_equal_the_scalar_loop_with_nonfinite_blocks_zeros_and_a_tail(g_dtype, t_dtype):
     rng = np.random.default_rng(3)
     n = 200_003                                      # not a multiple of the block or the lane count
-    g = rng.standard_normal(n).astype(dtype)
-    t = (g + rng.standard_normal(n) * 1e-4).astype(dtype)
+    g = rng.standard_normal(n).astype(g_dtype)
+    t = (g + rng.standard_normal(n) * 1e-3).astype(t_dtype)
     g[rng.integers(0, n, 400)] = 0                   # relative error inf where target differs
     for arr in (g, t):                               # equal on both sides: no mismatch, yet two
         arr[[5, 77_777]] = [np.nan, np.inf]          # blocks go to the scalar loop
