@@ -105,13 +105,17 @@ _STAGES = ("from ts_core.compare import pipeline as P\n"
            "for stage, fn in (('load', 'Dump'), ('align', 'align_calls'), ('judge', 'compare_calls'), "
            "('explain', 'find_first_divergence'), ('explain', 'diagnose')):\n"
            "    setattr(P, fn, timed(stage, getattr(P, fn)))\n")
-_CHILD = ("import resource, sys, time, json; T = {}\n"
+# The child runs the `tsprobe` program itself (cli.entry, which ends a compare without interpreter
+# teardown) and reports from an atexit handler, which entry runs.
+_CHILD = ("import atexit, resource, sys, time, json; T = {}\n"
           "{stages}"
-          "from ts_core.cli import main; rc = main(sys.argv[1:])\n"
-          "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
-          "u = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]\n"
-          "print(json.dumps({'rss_kb': hwm, 'cpu': sum(x.ru_utime + x.ru_stime for x in u), 'stages': T, "
-          "'torch': 'torch' in sys.modules}), file=sys.stderr); sys.exit(rc)")
+          "def report():\n"
+          "    hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+          "    u = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]\n"
+          "    print(json.dumps({'rss_kb': hwm, 'cpu': sum(x.ru_utime + x.ru_stime for x in u), 'stages': T, "
+          "'torch': 'torch' in sys.modules}), file=sys.stderr)\n"
+          "atexit.register(report)\n"
+          "from ts_core.cli import entry; entry()")
 
 
 def _child_env() -> dict:

@@ -50,3 +50,26 @@ def test_a_note_of_every_step_is_printed_once_and_only_warnings_say_warning():
              SimpleNamespace(warnings=[note, "target dump is marked incomplete (the run stopped early): /d"])]
     assert _pair_messages(pairs) == [f"note: {note} (3 step/rank pairs)",
                                      "warning: target dump is marked incomplete (the run stopped early): /d"]
+
+
+def test_the_program_ends_a_compare_with_its_exit_code_output_and_atexit_handlers(tmp_path):
+    """``tsprobe`` (cli.entry) ends a local compare without tearing the interpreter down: the exit
+    code, all it printed to a pipe (still in the buffer at the end) and atexit handlers survive."""
+    golden, target = _dump(tmp_path / "g", 1.0), _dump(tmp_path / "t", 3.0)
+    program = ("import atexit, sys; atexit.register(lambda: print('atexit ran', file=sys.stderr)); "
+               "from ts_core.cli import entry; entry()")
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}       # stdout block-buffered
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-c", program, "compare", *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300, env=env)
+    found = run(golden, target, "--json", "--no-html", "-o", str(tmp_path / "out"))
+    assert found.returncode == 1, found.stderr
+    assert "linear.2" in json.dumps(json.loads(found.stdout)["first_divergence"])
+    assert found.stderr.rstrip().endswith("atexit ran")
+    assert len((tmp_path / "out" / "compare.csv").read_text().splitlines()) == 1 + 8     # header + 8 values
+    same = run(golden, _dump(tmp_path / "g2", 1.0), "--no-html")
+    assert same.returncode == 0 and "PASS" in same.stdout and same.stderr.rstrip().endswith("atexit ran")
+    bad = run(golden, str(tmp_path / "missing"))
+    assert bad.returncode == 2 and "tsprobe compare: error:" in bad.stderr and bad.stderr.rstrip().endswith("atexit ran")
