@@ -105,8 +105,31 @@ def _run_compare(args: argparse.Namespace) -> int:
         _exit_without_teardown = args.executor == "local"
 
 
+def _load_compare_engine() -> Callable:
+    """``ts_core.compare.compare``, imported without two costs that land on compare's critical path
+    (its head start has the other core meanwhile; 2 GB benchmark, perf): the cyclic GC walking
+    the ~150 new modules' objects, and OpenBLAS starting a thread per core that spins ~0.07 CPU s
+    waiting for work compare never gives it (its BLAS runs on one thread, unless the user set
+    OPENBLAS_NUM_THREADS; child processes see the user's environment)."""
+    import gc
+
+    own_blas = "OPENBLAS_NUM_THREADS" not in os.environ and "numpy" not in sys.modules
+    if own_blas:
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        from ts_core.compare import compare
+    finally:
+        if gc_was_on:
+            gc.enable()
+        if own_blas:
+            del os.environ["OPENBLAS_NUM_THREADS"]
+    return compare
+
+
 def _compare_command(args: argparse.Namespace) -> int:
-    from ts_core.compare import compare
+    compare = _load_compare_engine()
 
     for side, flag in (("golden", "-gp"), ("target", "-tp")):
         given, by_flag = getattr(args, side), getattr(args, f"{side}_path")

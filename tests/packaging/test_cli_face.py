@@ -73,3 +73,22 @@ def test_the_program_ends_a_compare_with_its_exit_code_output_and_atexit_handler
     assert same.returncode == 0 and "PASS" in same.stdout and same.stderr.rstrip().endswith("atexit ran")
     bad = run(golden, str(tmp_path / "missing"))
     assert bad.returncode == 2 and "tsprobe compare: error:" in bad.stderr and bad.stderr.rstrip().endswith("atexit ran")
+
+
+def test_the_compare_engine_loads_with_one_blas_thread_and_leaves_env_and_gc_as_they_were():
+    """cli._load_compare_engine: OpenBLAS starts no spinning thread of its own (the process has
+    only its main thread after numpy loads), the environment children see and the GC are as
+    before; a user's OPENBLAS_NUM_THREADS is theirs."""
+    probe = ("import gc, os, sys; from ts_core import cli; cli._load_compare_engine(); "
+             "print(len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS'), gc.isenabled())")
+
+    def run(**env):
+        base = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+        out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                             env={**base, **env})
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+    assert run() == ["1", "None", "True"]
+    if os.cpu_count() >= 2:                  # the user's choice: OpenBLAS's threads start
+        threads, value, gc_on = run(OPENBLAS_NUM_THREADS="2")
+        assert int(threads) == 2 and value == "2" and gc_on == "True"
