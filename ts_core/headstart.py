@@ -84,14 +84,13 @@ def pending() -> bool:
     return bool(_results)
 
 
-def take(golden: Optional[Tuple[str, int]], target: Optional[Tuple[str, int]], kernel: Tuple) -> Optional[List]:
-    """The kernel's part results for these two .npy files (path, offset of the .npy bytes) under
-    `kernel` (dtype codes, element count, chunk, segment, rtol, atol, equal_nan); None when the
-    head start did not compute exactly that."""
+def take(golden: Optional[FileId], target: Optional[FileId], kernel: Tuple) -> Optional[List]:
+    """The kernel's part results for these two .npy files (``file_id``) under `kernel` (dtype
+    codes, element count, chunk, segment, rtol, atol, equal_nan); None when the head start did
+    not compute exactly that."""
     if not _results or golden is None or target is None:
         return None
-    g, t = file_id(*golden), file_id(*target)
-    return _results.pop((g, t, kernel), None) if g and t else None
+    return _results.pop((golden, target, kernel), None)
 
 
 def _run(golden: str, target: str, rtol: Optional[float], atol: Optional[float], equal_nan: bool) -> None:
@@ -106,14 +105,17 @@ def _run(golden: str, target: str, rtol: Optional[float], atol: Optional[float],
 
 def _same_named(golden: str, target: str) -> Iterator[Tuple[Tuple[str, int, int], Tuple[str, int, int]]]:
     """(path, offset, length) of the .npy bytes of each tensor both dumps hold under one name, in
-    the same rank folder (relative to the two roots), largest first."""
-    pairs = []
+    the same rank folder (relative to the two roots), largest first; a pair of files linked
+    under several names (one tensor recorded as one call's output and the next one's input)
+    once."""
+    pairs = {}
     for rel in _rank_folders(golden):
         g_dir, t_dir = os.path.join(golden, rel), os.path.join(target, rel)
         g, t = _tensors(g_dir), _tensors(t_dir)
-        pairs += [(g[name], t[name]) for name in g.keys() & t.keys() if g[name][2] >= MIN_BYTES]
-    pairs.sort(key=lambda p: -p[0][2])
-    return iter(pairs)
+        for name in g.keys() & t.keys():
+            if g[name][2] >= MIN_BYTES:
+                pairs.setdefault((rel, g[name][3], t[name][3]), (g[name][:3], t[name][:3]))
+    return iter(sorted(pairs.values(), key=lambda p: -p[0][2]))
 
 
 def _rank_folders(root: str, depth: int = 3) -> Iterator[str]:
@@ -131,19 +133,20 @@ def _rank_folders(root: str, depth: int = 3) -> Iterator[str]:
             stack += [(os.path.join(rel, n), d + 1) for n in names if os.path.isdir(os.path.join(here, n))]
 
 
-def _tensors(folder: str) -> Dict[str, Tuple[str, int, int]]:
-    """name -> (path, offset, length) of a rank folder's .npy tensors, either layout."""
+def _tensors(folder: str) -> Dict[str, Tuple[str, int, int, int]]:
+    """name -> (path, offset, length, where: the file's inode or the member's offset) of a rank
+    folder's .npy tensors, either layout."""
     if os.path.isfile(os.path.join(folder, PACK_TAR)):
         with open(os.path.join(folder, PACK_INDEX), encoding="utf-8") as f:
             members = json.load(f)["members"]
         tar = os.path.join(folder, PACK_TAR)
-        return {n: (tar, int(v[0]), int(v[1])) for n, v in members.items() if n.endswith(".npy")}
+        return {n: (tar, int(v[0]), int(v[1]), int(v[0])) for n, v in members.items() if n.endswith(".npy")}
     tensors = os.path.join(folder, TENSOR_DIR)
     out = {}
     with os.scandir(tensors) as it:
         for e in it:
             if e.name.endswith(".npy") and e.is_file():
-                out[e.name] = (e.path, 0, e.stat().st_size)
+                out[e.name] = (e.path, 0, e.stat().st_size, e.inode())
     return out
 
 

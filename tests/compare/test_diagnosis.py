@@ -268,6 +268,24 @@ def test_a_bfloat16_op_is_precision_checked_by_a_float64_replay(tmp_path):
     assert "float64 replay" in top["evidence"]
 
 
+def test_another_kernel_on_the_same_inputs_is_an_implementation_that_differs(tmp_path):
+    """Both sides recorded the same input; target's tanh output is off by 1e-3 relative (another
+    device's kernel, a patched op). Replayed here on that input, tanh gives golden's output and not
+    target's: the target's implementation differs. (Before: no hypothesis at all.)"""
+    x = _f32(RNG.standard_normal((8, 16)))
+    y = _f32(np.tanh(x.astype(np.float64)))
+
+    def build(d, side):
+        d.forward("Torch.tanh.0.forward", [x], [y if side == "golden" else _f32(y * (1 + 1e-3 * np.sign(y)))])
+    r = _run(tmp_path, build)
+    assert r.first_divergence and "Torch.tanh.0" in r.first_divergence.key
+    hyp = {h["cause"]: h for h in r.diagnosis}
+    assert "implementation_differs" in hyp, r.diagnosis
+    ev = hyp["implementation_differs"]["evidence"]
+    assert "gives golden's output" in ev and "not target's" in ev and hyp["implementation_differs"]["confidence"] < 0.8
+    assert "inherited" not in hyp and "born_here" not in hyp
+
+
 def test_swapped_operands_are_inherited_from_the_wiring(tmp_path):
     """sub receives its operands in the other order: the call itself is right (replayed on
     golden's inputs it gives golden's result), its inputs differ."""

@@ -110,6 +110,25 @@ def test_a_file_changed_after_the_head_start_is_read_again(tmp_path):
     assert row["verdict"] == ERROR and row["max_abs_err"] == pytest.approx(np.abs(arr + np.float32(1.0) - g).max())
 
 
+def test_a_tensor_linked_under_two_names_is_compared_once(tmp_path):
+    """As the writer stores a tensor recorded twice (an output that is the next call's input): the
+    head start compares the pair of files once, and the judge gives both names that result."""
+    golden, target = _dumps(tmp_path)
+    for side in (golden, target):
+        folder = os.path.join(side, "step0", "rank0", "dump_tensor_data")
+        second = os.path.join(folder, "Functional.linear.4.forward.output.0.npy")
+        os.unlink(second)
+        os.link(os.path.join(folder, "Functional.linear.1.forward.output.0.npy"), second)
+    _head_start(golden, target)
+    assert len(headstart._results) == 5                     # six names, five pairs of files
+    got = _rows(golden, target)
+    assert not headstart.pending()
+    headstart._results.clear()
+    assert got == _rows(golden, target)
+    one, four = (next(r for r in got if r["name"] == f"Functional.linear.{i}.forward.output.0") for i in (1, 4))
+    assert one["max_abs_err"] == four["max_abs_err"] > 0 and one["cosine"] == four["cosine"]
+
+
 def test_a_tolerance_it_did_not_guess_is_computed_by_the_judge(tmp_path):
     golden, target = _dumps(tmp_path)
     _head_start(golden, target)                             # at the dtype defaults

@@ -3,8 +3,10 @@ divergence and the summary are those of the same compare with the read-ahead off
 model's tensor dump and on value pairs built to take every path of the judge (kernel parts,
 the numpy path, masks in two encodings, squeezed shapes, missing and cut files, a size
 that differs from the record). It takes the pairs it planned, drops the ones the judge passes
-over, computes an unplanned read where it is asked for, and keeps its window."""
+over, computes an unplanned read where it is asked for, and keeps its window. A pair of files
+linked under several names is read once per tolerance."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -109,10 +111,17 @@ def test_the_read_ahead_takes_what_it_planned(tmp_path, monkeypatch):
         seen.append(self)
         return got
     monkeypatch.setattr(ReadAhead, "take", take)
+    opened = []
+    real_open = readahead.Ahead._open
+    monkeypatch.setattr(readahead.Ahead, "_open", lambda self: opened.append(self.read) or real_open(self))
     rows, _, _ = _compare(golden, target, monkeypatch, True)
     ahead = seen[-1]
     reads = sum(1 for r in rows if r["mode"] == "tensor")
     assert ahead.taken == reads > 10 and ahead.missed == 0 and ahead.dropped == 0
+    # the writer links a tensor recorded under two names (an output that is the next call's input):
+    # such a pair of files is read once
+    pairs = {readahead.identity(r) for r in opened}
+    assert 0 < ahead.repeats == reads - len(opened) and len(pairs) == len(opened)
 
 
 def _dumps_of(root, n, elems):
@@ -167,3 +176,34 @@ def test_a_pair_larger_than_the_window_is_read_only_when_taken(tmp_path):
         assert not got.started                                  # nothing read ahead of the judge
         assert all(not a.started for a in ahead.pending.values()) and ahead.started_bytes == 0
         assert got.metrics() == metrics.compare_arrays(*got.arrays(), 1e-4, 1e-5)
+
+
+def test_linked_files_are_read_once_per_tolerance(tmp_path):
+    """A tensor recorded under two names is one file with two links, on each side. The second
+    name takes the first one's metrics at the same tolerance; at another tolerance, or when the
+    judge passed over the first, it is read and judged itself. Every result is compare_arrays'."""
+    gd, td = _dumps_of(tmp_path, 4, 5000)
+    name = [_read(gd, td, i).g_name for i in range(4)]
+    for d in (gd, td):                      # tensor 2 and 3 become second names of tensor 0
+        first = d.locate(name[0])[0]
+        for i in (2, 3):
+            os.unlink(d.locate(name[i])[0])
+            os.link(first, os.path.join(os.path.dirname(first), name[i]))
+    loose = PlannedRead(gd, name[2], td, name[2], 1e-2, 1e-3, True)
+    reads = [_read(gd, td, 0), _read(gd, td, 1), _read(gd, td, 2), loose, _read(gd, td, 3)]
+
+    def judged(ahead, read):
+        got = ahead.take(read)
+        return got.judged_before() or got.metrics()
+
+    def want(read):
+        return metrics.compare_arrays(gd.load_tensor(read.g_name), td.load_tensor(read.t_name), read.rtol, read.atol)
+    ahead = ReadAhead(iter(reads))
+    got = [judged(ahead, r) for r in reads]
+    assert ahead.repeats == 2                               # reads[2] and reads[4]; `loose` is read
+    assert got == [want(r) for r in reads] and got[2] is got[0] is got[4] and got[3].rtol == 1e-2
+    assert got[0].allclose_ratio < 1 and got[3].allclose_ratio > got[0].allclose_ratio   # the tolerance shows
+
+    passed_over = ReadAhead(iter(reads))
+    assert judged(passed_over, reads[2]) == want(reads[0])   # the first name never judged: read here
+    assert passed_over.dropped == 2

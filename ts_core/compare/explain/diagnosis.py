@@ -540,6 +540,14 @@ def _check_replay(ctx: _Ctx) -> List[Hypothesis]:
                               f"replaying target's {ctx.cp.target.key} with its recorded arguments on golden's inputs "
                               f"reproduces target's output (rel err {min(e_gt, e_peer):.1e})"
                               + _sep(ctx.quote(mark=False))))
+    elif not inputs_differ and e_gg <= tol and e_tt > tol:
+        out.append(Hypothesis("implementation_differs", "the target's implementation of the call computes another "
+                              "result from the same inputs", 0.7,
+                              f"both sides recorded the same inputs; replayed here, {ctx.cp.target.key} gives "
+                              f"golden's output (rel err {e_gg:.1e}) and not target's (rel err {e_tt:.1e}"
+                              + (f"; in the recorded dtypes {e_peer:.1e}" if peer_g is not None else "")
+                              + "): target's kernel differs (its device, library version, or a patched or "
+                                "overridden op)" + _sep(ctx.quote(mark=False))))
     low = [_dtype(r.target_dtype) for r in ctx.out_fail if _dtype(r.target_dtype) in _LOW] + \
         [_dtype(r.golden_dtype) for r in ctx.out_fail if _dtype(r.golden_dtype) in _LOW]
     if low and e_gg <= tol:

@@ -9,6 +9,12 @@ opens the planned pairs and submits their kernel parts to the compare threads, u
 from it. A read the plan did not foresee is computed where it is asked for, and a planned pair
 the judge passes over is dropped: the plan is a hint, the judge still decides what it reads.
 The metrics are those ``compare_arrays`` gives (the same tasks, merged the same way).
+
+A pair is read once. tsprobe writes a tensor recorded under several names (one call's output,
+the next call's input) as one file with several links, so a real dump names each stored tensor
+about twice (846 names, 442 files in one GPT-2 step): a planned pair whose two files (device,
+inode, size, modification time, offset), dtypes and tolerance are those of a pair already judged
+takes its metrics instead of reading the same bytes again.
 """
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from ... import headstart
 from ..errors import TensorFileError
@@ -46,17 +52,41 @@ class PlannedRead:
         return (id(self.golden), self.g_name, id(self.target), self.t_name, self.rtol, self.atol, self.equal_nan)
 
 
+Identity = Tuple      # both files' headstart.file_id, rtol, atol, equal_nan
+
+
+def identity(read: PlannedRead) -> Optional[Identity]:
+    """What a pair's metrics depend on: the two stored files and the tolerance (None when a file
+    cannot be placed: it is then read as usual)."""
+    g, t = read.golden.locate(read.g_name), read.target.locate(read.t_name)
+    g_id = headstart.file_id(*g) if g else None
+    t_id = headstart.file_id(*t) if t else None
+    return (g_id, t_id, read.rtol, read.atol, read.equal_nan) if g_id and t_id else None
+
+
 class Ahead:
     """One planned pair: its arrays (or the error reading them) and, once started, its kernel
-    parts on the compare threads. Opening maps the files without reading them; ``start`` reads."""
+    parts on the compare threads. Opening maps the files without reading them; ``start`` reads.
+    A *repeat* (the files of a pair planned before it) opens nothing: it takes that pair's
+    metrics from `judged`, or, when the judge passed over that pair, opens and reads as any pair."""
 
-    def __init__(self, read: PlannedRead):
+    def __init__(self, read: PlannedRead, ident: Optional[Identity] = None, repeat: bool = False,
+                 judged: Optional[Dict[Identity, TensorMetrics]] = None):
         self.read, self.started = read, False
+        self.ident, self.repeat = ident, repeat
+        self.judged = {} if judged is None else judged
         self.error: Optional[TensorFileError] = None
         self.tasks: List[Any] = []
         self.futures: Optional[List[Any]] = None
         self.finish = None
         self.nbytes = 0
+        self.opened = False
+        if not repeat:
+            self._open()
+
+    def _open(self) -> None:
+        self.opened = True
+        read = self.read
         try:
             self.golden = read.golden.load_tensor(read.g_name)
             self.target = read.target.load_tensor(read.t_name)
@@ -73,32 +103,43 @@ class Ahead:
         """Submit the kernel parts (or take the head start's results for them)."""
         self.started = True
         if self.futures is None and self.finish is not None:
-            early = _head_start(self.read, self.golden, self.shaped)
+            early = _head_start(self.read, self.ident, self.golden, self.shaped)
             self.futures = [_done(r) for r in early] if early is not None else [submit(t) for t in self.tasks]
 
+    def judged_before(self) -> Optional[TensorMetrics]:
+        """A repeat's metrics, from the pair of the same files the judge took before it."""
+        return self.judged.get(self.ident) if self.repeat else None
+
     def arrays(self) -> Tuple[Any, Any]:
+        if not self.opened:
+            self._open()
         if self.error is not None:
             raise self.error
         return self.golden, self.target
 
     def metrics(self) -> Optional[TensorMetrics]:
+        if not self.opened:
+            self._open()
         if self.finish is None:
             return None
         self.start()
-        return self.finish([f.result() for f in self.futures])
+        m = self.finish([f.result() for f in self.futures])
+        if self.ident is not None:
+            self.judged[self.ident] = m
+        return m
 
     def cancel(self) -> None:
         for f in self.futures or ():
             f.cancel()            # a running part holds its arrays until it ends
 
 
-def _head_start(read: PlannedRead, golden: Any, target: Any) -> Optional[List]:
+def _head_start(read: PlannedRead, ident: Optional[Identity], golden: Any, target: Any) -> Optional[List]:
     """The kernel's results for this pair from compare's head start (ts_core/headstart.py), when
     it computed exactly these files under exactly this kernel call."""
-    if not headstart.pending():
+    if not headstart.pending() or ident is None:
         return None
     key = kernel_key(golden, target, read.rtol, read.atol, read.equal_nan)
-    return headstart.take(read.golden.locate(read.g_name), read.target.locate(read.t_name), key) if key else None
+    return headstart.take(ident[0], ident[1], key) if key else None
 
 
 def _done(result: Any) -> Future:
@@ -120,7 +161,9 @@ class ReadAhead:
         self.pending: "OrderedDict[Tuple, Ahead]" = OrderedDict()
         self.waiting: "deque[Ahead]" = deque()        # opened, not started (the tail of pending)
         self.bytes = self.started_bytes = 0
-        self.taken = self.missed = self.dropped = 0
+        self.taken = self.missed = self.dropped = self.repeats = 0
+        self.planned: set = set()                        # identities of the pairs planned to be read
+        self.judged: Dict[Identity, TensorMetrics] = {}  # ... and the metrics of those judged
 
     def _fill(self) -> None:
         while self.plan is not None and len(self.pending) < self.window_pairs and self.bytes < self.window_bytes:
@@ -129,9 +172,14 @@ class ReadAhead:
                 self.plan = None
                 break
             if read.key not in self.pending:
-                ahead = self.pending[read.key] = Ahead(read)
+                ident = identity(read)
+                repeat = ident is not None and ident in self.planned
+                self.planned.add(ident)
+                ahead = self.pending[read.key] = Ahead(read, ident, repeat, self.judged)
+                self.repeats += repeat
                 self.bytes += ahead.nbytes
-                self.waiting.append(ahead)
+                if not repeat:
+                    self.waiting.append(ahead)
         while self.waiting and self.started_bytes + self.waiting[0].nbytes <= self.window_bytes:
             ahead = self.waiting.popleft()
             ahead.start()
@@ -147,7 +195,9 @@ class ReadAhead:
         while True:
             key, ahead = self.pending.popitem(last=False)
             self.bytes -= ahead.nbytes
-            if not ahead.started:
+            if ahead.repeat:
+                pass                              # never waiting: it reads nothing unless asked
+            elif not ahead.started:
                 self.waiting.popleft()            # not started: the head of the waiting ones
             else:
                 self.started_bytes -= ahead.nbytes
