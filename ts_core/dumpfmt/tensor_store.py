@@ -31,7 +31,8 @@ class TensorStore:
         raise NotImplementedError
 
     def locate(self, data_name: str) -> Optional[Tuple[str, int]]:
-        """(file, offset of the .npy bytes in it) of a stored .npy; None when unknown."""
+        """(file, offset of the .npy bytes in it) where the store keeps a .npy; None when unknown.
+        The file is not checked to exist: its caller's ``os.stat`` says (one system call a file)."""
         return None
 
 
@@ -57,6 +58,8 @@ class FolderTensors(TensorStore):
 
     def locate(self, data_name: str) -> Optional[Tuple[str, int]]:
         name = os.path.basename(str(data_name))
+        if len(self._dirs) == 1:
+            return os.path.join(self._dirs[0], name), 0
         return next(((p, 0) for p in (os.path.join(d, name) for d in self._dirs) if os.path.isfile(p)), None)
 
     def names(self) -> List[str]:
