@@ -286,6 +286,48 @@ def test_another_kernel_on_the_same_inputs_is_an_implementation_that_differs(tmp
     assert "inherited" not in hyp and "born_here" not in hyp
 
 
+def _tanh_off_by_a_kernel(d, side):
+    x = _f32(np.linspace(-2, 2, 96).reshape(8, 12))
+    y = _f32(np.tanh(x.astype(np.float64)))
+    d.forward("Torch.tanh.0.forward", [x], [y if side == "golden" else _f32(y * (1 + 1e-3 * np.sign(y)))])
+
+
+def test_without_torch_loaded_the_replay_runs_in_numpy_with_the_same_diagnosis(tmp_path):
+    """`tsprobe compare` in a process of its own never loads torch for a call numpy replays
+    (acccheck/numpy_replay.py); the hypotheses are those of the torch replay in this process."""
+    import subprocess
+    import sys
+
+    import torch  # noqa: F401  (loaded: this process's replay goes through torch)
+
+    with_torch = _run(tmp_path, _tanh_off_by_a_kernel)
+    probe = ("import json, sys; from ts_core.compare import compare; "
+             f"r = compare({str(tmp_path / 'golden')!r}, {str(tmp_path / 'target')!r}, verbose=False, html=False); "
+             "print(json.dumps([r.diagnosis, 'torch' in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    diagnosis, torch_loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not torch_loaded
+    assert [(h["cause"], h["confidence"]) for h in diagnosis] == \
+        [(h["cause"], h["confidence"]) for h in with_torch.diagnosis]
+    assert "implementation_differs" in {h["cause"] for h in diagnosis}
+
+
+def test_an_output_too_large_to_hold_the_replay_against_is_not_replayed(tmp_path, monkeypatch):
+    """The diagnosis reads tensors up to values.MAX_ELEMENTS: beyond, a replay (and the framework
+    import it needs) could not be graded, so it does not run."""
+    from ts_core.compare.explain import replaycheck, values
+
+    calls = []
+    real = replaycheck.replay_on_golden
+    monkeypatch.setattr(replaycheck, "replay_on_golden", lambda v: calls.append(v) or real(v))
+    _run(tmp_path / "small", _tanh_off_by_a_kernel)
+    assert len(calls) == 1
+    monkeypatch.setattr(values, "MAX_ELEMENTS", 50)           # the tensors hold 96 values
+    r = _run(tmp_path / "large", _tanh_off_by_a_kernel)
+    assert len(calls) == 1 and "Torch.tanh.0" in r.first_divergence.key
+
+
 def test_swapped_operands_are_inherited_from_the_wiring(tmp_path):
     """sub receives its operands in the other order: the call itself is right (replayed on
     golden's inputs it gives golden's result), its inputs differ."""

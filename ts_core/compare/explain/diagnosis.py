@@ -496,13 +496,13 @@ def _check_replay(ctx: _Ctx) -> List[Hypothesis]:
         return []           # nothing to replay on: a statistics dump says nothing either way
     from .replaycheck import replay_on_golden
 
+    yg, yt = ctx.main_output()
+    if yg is None or yt is None:
+        return []           # nothing to hold the replay against (too large, unreadable): do not replay
     rp = replay_on_golden(ctx.values)
     if rp is None:
         return []
-    yg, yt = ctx.main_output()
     idx = next((i for i, (a, _) in enumerate(_outputs(ctx)) if ctx.out_fail and a == ctx.out_fail[0].arg), 0)
-    if yg is None or yt is None:
-        return []
 
     def pick(vals):
         try:

@@ -5,11 +5,16 @@ itself (born here)? Also gives the float64 result the precision hypothesis needs
 The target's recorded call is rebuilt with ``acccheck.plan`` and run by the framework's
 replayer (``backends/<framework>/replay.py``), once on the target's own inputs and once with
 every tensor argument swapped for golden's value of it. Needs the framework and a tensor dump.
+A PyTorch call numpy computes as well (``acccheck/numpy_replay.py``: linear, embedding, a norm,
+softmax, an activation, an elementwise op; no 16-bit tensor) is replayed in numpy while torch is
+not loaded: importing it took several times the rest of a 2 GB compare.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, List, Optional
+
+import sys
 
 import numpy as np
 
@@ -44,26 +49,38 @@ def replay_on_golden(values: Values) -> Optional[Replays]:
         return None         # checked before importing the framework (seconds) for a replay that cannot run
     try:
         from ...acccheck.check import _replayer
-        from ...acccheck.outcome import ReplayError
-        from ...acccheck.plan import TensorArg, build_plans
-        from ...acccheck.replay import replay
+        from ...acccheck.plan import build_plans
         from ...acccheck.standards import STANDARDS_YAML, load_standards
-        from ...backends._depth import internal
     except ImportError:
         return None
     plans, _ = build_plans({call.key: rec}, load_standards(STANDARDS_YAML)["random_apis"])
     if not plans or plans[0].problem:
         return None
     plan = plans[0]
+    from ...acccheck.numpy_replay import ADAPTER as NUMPY
+
+    if (td.framework or "pytorch") == "pytorch" and "torch" not in sys.modules and NUMPY.covers(plan):
+        got = _replay_both(NUMPY, plan, values, td)
+        if got is not None:
+            return got
     adapter, why = _replayer(td.framework)
     if adapter is None:
         return None
+    return _replay_both(adapter, plan, values, td)
+
+
+def _replay_both(adapter: Any, plan: Any, values: Values, td: Any) -> Optional[Replays]:
+    """The call replayed through `adapter` on target's inputs and on golden's; None when it fails."""
+    from ...acccheck.outcome import ReplayError
+    from ...acccheck.replay import replay
+    from ...backends._depth import internal
+
     swapped: List[str] = []
 
-    def own(t: "TensorArg") -> np.ndarray:
+    def own(t: Any) -> np.ndarray:
         return td.load_tensor(t.data_name)
 
-    def golden(t: "TensorArg") -> np.ndarray:
+    def golden(t: Any) -> np.ndarray:
         g = values.array("golden", INPUT, t.name)
         if g is not None and list(g.shape) == list(t.shape):
             if t.name not in swapped:
