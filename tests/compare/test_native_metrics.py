@@ -22,6 +22,16 @@ def _numpy_reference(g, t, rtol, atol, equal_nan, chunk):
     return acc.result(g.shape)
 
 
+def _assert_same(a, b):
+    """Counts, maxima and the worst element exactly (NaN as NaN), float64 sums up to rounding."""
+    for field in EXACT:
+        va, vb = getattr(a, field), getattr(b, field)
+        assert va == vb or (isinstance(va, float) and np.isnan(va) and np.isnan(vb)), field
+    for field in ("cosine", "mean_abs_err", "euclidean"):
+        va, vb = getattr(a, field), getattr(b, field)
+        assert (va is None) == (vb is None) and (va is None or va == pytest.approx(vb, rel=1e-9)), field
+
+
 def _case(seed):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 5000)) if seed % 3 else int(rng.integers(2_100_000, 2_600_000))
@@ -47,12 +57,7 @@ def test_native_equals_numpy(seed, rtol, atol, monkeypatch):
     assert native_result is not None
     a = native_result.result(g.shape)
     b = _numpy_reference(g, t, rtol, atol, equal_nan, chunk)
-    for field in EXACT:
-        va, vb = getattr(a, field), getattr(b, field)
-        assert va == vb or (isinstance(va, float) and np.isnan(va) and np.isnan(vb)), field
-    for field in ("cosine", "mean_abs_err", "euclidean"):
-        va, vb = getattr(a, field), getattr(b, field)
-        assert (va is None) == (vb is None) and (va is None or va == pytest.approx(vb, rel=1e-9)), field
+    _assert_same(a, b)
 
 
 def test_other_dtypes_take_the_numpy_path():
@@ -99,12 +104,7 @@ def test_bfloat16_equals_numpy_on_its_float32_values(seed, other):
     for rtol, atol, equal_nan in ((1e-2, 1e-3, True), (0.0, 0.0, False)):
         a = _native_raw(gb, native.BF16, traw, tc, rtol, atol, equal_nan, (gv, tv))
         b = _numpy_reference(gv, tv, rtol, atol, equal_nan, M.CHUNK)
-        for field in EXACT:
-            va, vb = getattr(a, field), getattr(b, field)
-            assert va == vb or (isinstance(va, float) and np.isnan(va) and np.isnan(vb)), field
-        for field in ("cosine", "mean_abs_err", "euclidean"):
-            va, vb = getattr(a, field), getattr(b, field)
-            assert (va is None) == (vb is None) and (va is None or va == pytest.approx(vb, rel=1e-9)), field
+        _assert_same(a, b)
 
 
 def test_float16_specials_widen_exactly():
