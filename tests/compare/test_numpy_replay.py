@@ -135,3 +135,15 @@ def test_sixteen_bit_calls_are_left_to_torch(tmp_path):
     assert NUMPY.covers(linear)
     linear.args[0].dtype = "torch.bfloat16"
     assert not NUMPY.covers(linear)
+
+
+def test_zero_dimensional_results_stay_arrays():
+    """torch returns 0-d tensors where numpy returns scalars: the replay keeps them arrays, with
+    the shape the dump records ([])."""
+    from ts_core.acccheck.numpy_replay import TENSOR
+
+    x = np.arange(6.0).reshape(2, 3)
+    total = NUMPY.call(TENSOR["sum"], [x], {}, None)
+    assert NUMPY.is_tensor(total) and NUMPY.shape(total) == [] and float(total) == 15.0
+    t = NUMPY.call(TENSOR["tanh"], [np.asarray(0.5)], {}, None)
+    assert NUMPY.is_tensor(t) and float(t) == pytest.approx(np.tanh(0.5), rel=1e-15)

@@ -181,6 +181,15 @@ TENSOR: Dict[str, Callable] = {
 _TABLES = {"Functional": FUNCTIONAL, "Torch": TORCH, "Tensor": TENSOR}
 
 
+def _as_arrays(out: Any) -> Any:
+    """numpy's scalars (a ufunc or reduction of 0-d arrays) as 0-d arrays, as torch's 0-d tensors."""
+    if isinstance(out, np.generic):
+        return np.asarray(out)
+    if isinstance(out, (list, tuple)):
+        return type(out)(_as_arrays(o) for o in out)
+    return out
+
+
 class NumpyAdapter:
     """acccheck/replay.py's Adapter over numpy arrays, float64 reference only (no peer, no backward)."""
 
@@ -236,7 +245,7 @@ class NumpyAdapter:
             raise ReplayError("numpy replays the float64 forward only")
         try:
             with np.errstate(all="ignore"):
-                return fn(*args, **kwargs)
+                return _as_arrays(fn(*args, **kwargs))
         except TypeError as e:            # an argument this table does not model
             raise ReplayError(f"not replayed in numpy: {e}") from None
 
