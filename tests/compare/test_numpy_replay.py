@@ -147,3 +147,50 @@ def test_zero_dimensional_results_stay_arrays():
     assert NUMPY.is_tensor(total) and NUMPY.shape(total) == [] and float(total) == 15.0
     t = NUMPY.call(TENSOR["tanh"], [np.asarray(0.5)], {}, None)
     assert NUMPY.is_tensor(t) and float(t) == pytest.approx(np.tanh(0.5), rel=1e-15)
+
+
+def _t(a):
+    return torch.from_numpy(np.asarray(a))
+
+
+@pytest.mark.parametrize("case", ["gelu", "gelu_tanh", "layer_norm_bare", "layer_norm_affine", "rms_norm",
+                                  "log_softmax", "relu", "sigmoid", "addmm", "embedding_padding", "sub_alpha",
+                                  "add_alpha", "div", "mean_dims", "sum_keepdim", "permute", "masked_fill",
+                                  "rsub", "rtruediv", "unsqueeze"])
+def test_each_op_against_torch(case):
+    """Every table entry a model above may not reach, against torch's float64 result directly."""
+    from ts_core.acccheck.numpy_replay import FUNCTIONAL as F, TENSOR as T, TORCH as O
+
+    rng = np.random.default_rng(5)
+    x, w, b = rng.standard_normal((3, 4, 6)), rng.standard_normal(6), rng.standard_normal(6)
+    m1, m2, base = rng.standard_normal((4, 5)), rng.standard_normal((5, 3)), rng.standard_normal((4, 3))
+    w2 = rng.standard_normal((4, 6))          # a weight over the last two axes
+    tf = torch.nn.functional
+    got, want = {
+        "gelu": lambda: (F["gelu"](x), tf.gelu(_t(x))),
+        "gelu_tanh": lambda: (F["gelu"](x, approximate="tanh"), tf.gelu(_t(x), approximate="tanh")),
+        "layer_norm_bare": lambda: (F["layer_norm"](x, [6]), tf.layer_norm(_t(x), [6])),
+        "layer_norm_affine": lambda: (F["layer_norm"](x, [4, 6], w2, None, 1e-3),
+                                      tf.layer_norm(_t(x), [4, 6], _t(w2), None, 1e-3)),
+        "rms_norm": lambda: (F["rms_norm"](x, [6], w, 1e-6), tf.rms_norm(_t(x), [6], _t(w), 1e-6)),
+        "log_softmax": lambda: (F["log_softmax"](x, 1), tf.log_softmax(_t(x), 1)),
+        "relu": lambda: (F["relu"](x), tf.relu(_t(x))),
+        "sigmoid": lambda: (O["sigmoid"](x), torch.sigmoid(_t(x))),
+        "addmm": lambda: (O["addmm"](base, m1, m2, beta=0.5, alpha=2.0),
+                          torch.addmm(_t(base), _t(m1), _t(m2), beta=0.5, alpha=2.0)),
+        "embedding_padding": lambda: (F["embedding"](np.array([[0, 2], [1, 0]]), m1, padding_idx=0),
+                                      tf.embedding(_t(np.array([[0, 2], [1, 0]])), _t(m1), padding_idx=0)),
+        "sub_alpha": lambda: (O["sub"](x, b, alpha=3), torch.sub(_t(x), _t(b), alpha=3)),
+        "add_alpha": lambda: (T["add"](x, b, alpha=-2), _t(x).add(_t(b), alpha=-2)),
+        "div": lambda: (O["div"](x, b), torch.div(_t(x), _t(b))),
+        "mean_dims": lambda: (T["mean"](x, [0, 2]), _t(x).mean([0, 2])),
+        "sum_keepdim": lambda: (O["sum"](x, -1, True), torch.sum(_t(x), -1, True)),
+        "permute": lambda: (T["permute"](x, 2, 0, 1), _t(x).permute(2, 0, 1)),
+        "masked_fill": lambda: (T["masked_fill"](x, x > 0, -1e9), _t(x).masked_fill(_t(x > 0), -1e9)),
+        "rsub": lambda: (T["__rsub__"](x, 2.0), _t(x).__rsub__(2.0)),
+        "rtruediv": lambda: (T["__rtruediv__"](x, 2.0), _t(x).__rtruediv__(2.0)),
+        "unsqueeze": lambda: (T["unsqueeze"](x, -1), _t(x).unsqueeze(-1)),
+    }[case]()
+    want = want.numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
