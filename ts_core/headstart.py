@@ -27,8 +27,7 @@ TENSOR_DIR, PACK_TAR, PACK_INDEX = "dump_tensor_data", "dump_tensor_data.tar", "
 # takes the stricter, as pick_tolerance does (tests/compare/test_headstart.py checks both)
 DEFAULT_TOLERANCE = {native.F32: (1e-4, 1e-5), native.F64: (1e-7, 1e-9), native.F16: (1e-3, 1e-3)}
 _HEADER = re.compile(r"\{'descr': '<(f2|f4|f8)', 'fortran_order': False, 'shape': \(([0-9, ]*)\), \}\s*")
-_CODES = {"f2": native.F16, "f4": native.F32, "f8": native.F64}
-_ITEMSIZE = {"f2": 2, "f4": 4, "f8": 8}
+_FLOATS = {"f2": (native.F16, 2), "f4": (native.F32, 4), "f8": (native.F64, 8)}     # dtype code, item size
 
 FileId = Tuple[int, int, int, int, int]           # st_dev, st_ino, st_size, st_mtime_ns, .npy offset
 _results: Dict[Tuple, List] = {}
@@ -164,7 +163,8 @@ def _header(fd: int, offset: int) -> Optional[Tuple[int, int, int, int]]:
     count = 1
     for d in (x for x in m.group(2).split(",") if x.strip()):
         count *= int(d)
-    return _CODES[m.group(1)], count, 10 + hlen, count * _ITEMSIZE[m.group(1)]
+    code, itemsize = _FLOATS[m.group(1)]
+    return code, count, 10 + hlen, count * itemsize
 
 
 def _compare_files(g_file: Tuple[str, int, int], t_file: Tuple[str, int, int], rtol: Optional[float],

@@ -181,6 +181,10 @@ TENSOR: Dict[str, Callable] = {
 _TABLES = {"Functional": FUNCTIONAL, "Torch": TORCH, "Tensor": TENSOR}
 
 
+def _function(plan: CallPlan) -> Optional[Callable]:
+    return _TABLES.get(plan.prefix, {}).get(plan.api)
+
+
 def _as_arrays(out: Any) -> Any:
     """numpy's scalars (a ufunc or reduction of 0-d arrays) as 0-d arrays, as torch's 0-d tensors."""
     if isinstance(out, np.generic):
@@ -199,11 +203,10 @@ class NumpyAdapter:
     def covers(self, plan: CallPlan) -> bool:
         """The call is one this adapter replays, and no tensor of it is 16-bit (its precision is
         graded by a same-precision peer, which only the framework runs)."""
-        fn = _TABLES.get(plan.prefix, {}).get(plan.api)
-        return fn is not None and not any(str(t.dtype).endswith(("float16", "bfloat16")) for t in plan.tensors())
+        return _function(plan) is not None and not any(str(t.dtype).endswith("float16") for t in plan.tensors())
 
     def resolve(self, plan: CallPlan, references: dict) -> Resolved:
-        fn = _TABLES.get(plan.prefix, {}).get(plan.api)
+        fn = _function(plan)
         if fn is None or references.get(plan.name) is not None:
             raise ReplayError(f"{plan.name} is not replayed in numpy")
         return Resolved(fn, False, "float64 reference replayed in numpy")

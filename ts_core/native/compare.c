@@ -159,7 +159,9 @@ static const lane_fn lanes_avx2[N_FLOAT][N_FLOAT] = {
 };
 #endif
 
+#ifdef TSP_X86
 static int k_avx2 = 0;              /* 0: the scalar loop only */
+#endif
 
 void tsp_compare_init(int avx2) {
 #ifdef TSP_X86

@@ -11,10 +11,9 @@ not loaded: importing it took several times the rest of a 2 GB compare.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, List, Optional
-
-import sys
 
 import numpy as np
 

@@ -174,7 +174,8 @@ class ReadAhead:
             if read.key not in self.pending:
                 ident = identity(read)
                 repeat = ident is not None and ident in self.planned
-                self.planned.add(ident)
+                if ident is not None:
+                    self.planned.add(ident)
                 ahead = self.pending[read.key] = Ahead(read, ident, repeat, self.judged)
                 self.repeats += repeat
                 self.bytes += ahead.nbytes
