@@ -166,6 +166,21 @@ def test_the_window_bounds_the_bytes_opened_ahead(tmp_path):
     assert ahead.taken == 40 and not ahead.pending
 
 
+def test_a_taken_pair_gives_its_room_to_the_next_at_once(tmp_path):
+    """The kernel threads get the next pair while the judge still works on the one it took, not
+    when it asks for another (they sat idle in between: 7.0 -> 8.8-9.5 GB/s on 2 GB, 2 cores)."""
+    elems = 4096
+    gd, td = _dumps_of(tmp_path, 8, elems)
+    pair = 2 * 4 * elems
+    ahead = ReadAhead(iter([_read(gd, td, i) for i in range(8)]), window_bytes=3 * pair)
+    for i in range(5):                  # three pairs after it remain to be planned
+        got = ahead.take(_read(gd, td, i))
+        started = [a.read.g_name for a in ahead.pending.values() if a.started]
+        assert got.started and started == [_read(gd, td, j).g_name for j in range(i + 1, i + 4)]
+        assert ahead.started_bytes == 3 * pair
+    ahead.close()
+
+
 def test_a_pair_larger_than_the_window_is_read_only_when_taken(tmp_path):
     elems = 4096
     gd, td = _dumps_of(tmp_path, 6, elems)

@@ -204,6 +204,7 @@ class ReadAhead:
                 self.started_bytes -= ahead.nbytes
             if key == read.key:
                 self.taken += 1
+                self._fill()          # its room goes to the next pair now, not when the judge asks again
                 return ahead
             ahead.cancel()
             self.dropped += 1
