@@ -82,10 +82,14 @@ def compare_exit_code(result, fail_on_warning: bool = False) -> int:
 
 def _head_start(args: argparse.Namespace) -> None:
     """Compare the dumps' same-named tensors while the compare modules load (ts_core/headstart.py),
-    when this process is the one that will read them."""
+    when this process is the one that will read them and has them still to load: a fresh
+    ``tsprobe`` process, one thread, no numpy (a forked child of a process with threads, or of a
+    notebook's large one, would cost more than the import it overlaps)."""
     golden = args.golden if args.golden is not None else args.golden_path
     target = args.target if args.target is not None else args.target_path
-    if golden and target and not (args.stats_only or args.stats_first) and args.executor == "local" \
+    threads = sys.modules.get("threading")          # not imported: no thread but this one
+    fresh = "numpy" not in sys.modules and (threads is None or threads.active_count() == 1)
+    if fresh and golden and target and not (args.stats_only or args.stats_first) and args.executor == "local" \
             and args.chunks == 1:
         from ts_core import headstart       # no numpy, nothing of ts_core.compare
 

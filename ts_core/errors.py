@@ -1,9 +1,9 @@
 """Exceptions users see: each names what to change."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
-import sysconfig
 import warnings
 from typing import Iterable, Optional, Tuple, Type
 
@@ -61,17 +61,18 @@ class AnomalyError(RuntimeError):
                          f"({', '.join(capture.get('reasons', []))}){where}; dumps: {capture.get('dumps')}")
 
 
+@functools.lru_cache(maxsize=None)
 def _library_dirs() -> Tuple[str, ...]:
     """Where code that is not the user's lives: tsprobe's own packages, the standard library and
-    installed packages (torch's hook machinery, a Trainer calling a callback)."""
+    installed packages (torch's hook machinery, a Trainer calling a callback). Found on the first
+    warning, not at import: ``sysconfig`` costs every ``tsprobe`` start ~3 ms."""
+    import sysconfig
+
     here = os.path.dirname(os.path.abspath(__file__))
     paths = sysconfig.get_paths()
     dirs = [here, os.path.join(os.path.dirname(here), "ts_integrations")]
     dirs += [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)]
     return tuple(os.path.join(os.path.realpath(d), "") for d in dirs) + tuple(os.path.join(d, "") for d in dirs)
-
-
-_LIBRARY_DIRS = _library_dirs()
 
 
 def warn_user(message: str, category: Type[Warning] = UserWarning) -> None:
@@ -81,6 +82,6 @@ def warn_user(message: str, category: Type[Warning] = UserWarning) -> None:
     frame is library code."""
     f = sys._getframe(1)            # the code that warns: stacklevel 2
     level = 2
-    while f is not None and f.f_code.co_filename.startswith(_LIBRARY_DIRS):
+    while f is not None and f.f_code.co_filename.startswith(_library_dirs()):
         f, level = f.f_back, level + 1
     warnings.warn(message, category, stacklevel=level if f is not None else 2)

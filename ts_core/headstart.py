@@ -1,22 +1,27 @@
 """Compare's head start: while ``tsprobe compare`` loads numpy and its own modules (~0.2 s on one
-core), a thread compares the float tensors the two dumps store under the same name, with the
-native kernel, at the tolerance the judge will most likely use (the dtype's default, or the
-user's ``--rtol``/``--atol``).
+core), a forked child process compares the float tensors the two dumps store under the same
+name, with the native kernel, at the tolerance the judge will most likely use (the dtype's
+default, or the user's ``--rtol``/``--atol``).
+
+A process, not a thread: the import holds the GIL almost throughout, and a thread that takes it
+back after every file open, read and kernel part ran at half the kernel's speed (13.3 against
+6.8 ms a 32 MB pair, benchmarks/compare_throughput.py). The child shares nothing with its
+parent but a one-byte stop flag; it sends its results through a pipe when it stops.
 
 The judge's read-ahead takes a pair's kernel results from here only when they were computed for
 exactly its two files (device, inode, size, modification time, where the .npy bytes start), its
 dtypes, element count, tolerance and kernel geometry; anything else it computes itself. So the
-guess changes the speed, never a result. The thread stops when the judge starts (``stop``), and
-before a fork. Nothing here imports numpy: that is what the thread runs beside.
+guess changes the speed, never a result. The child stops when the judge starts (``stop``), and
+before the parent forks again. Nothing here imports numpy: that is what the child runs beside.
 """
 from __future__ import annotations
 
 import ctypes
 import json
+import marshal
 import mmap
 import os
 import re
-import threading
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from . import native
@@ -31,8 +36,7 @@ _FLOATS = {"f2": (native.F16, 2), "f4": (native.F32, 4), "f8": (native.F64, 8)} 
 
 FileId = Tuple[int, int, int, int, int]           # st_dev, st_ino, st_size, st_mtime_ns, .npy offset
 _results: Dict[Tuple, List] = {}
-_stop = threading.Event()
-_thread: Optional[threading.Thread] = None
+_child: Optional[Tuple[int, int, mmap.mmap]] = None      # pid, read end of its pipe, the stop flag
 
 
 def file_id(path: str, offset: int) -> Optional[FileId]:
@@ -52,24 +56,55 @@ def default_tolerance(golden_code: int, target_code: int) -> Tuple[float, float]
 
 
 def begin(golden: str, target: str, rtol: Optional[float], atol: Optional[float], equal_nan: bool) -> None:
-    """Start comparing the two dumps' same-named tensors on a thread (not on a single core, nor
-    without the native kernel)."""
-    global _thread
-    if _thread is not None or (os.cpu_count() or 1) < 2 or not native.available():
+    """Start comparing the two dumps' same-named tensors in a child process (not on a single
+    core, without the native kernel, or where there is no fork)."""
+    global _child
+    if _child is not None or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not native.available():
         return
-    _stop.clear()
-    _thread = threading.Thread(target=_run, args=(golden, target, rtol, atol, equal_nan),
-                               name="tsprobe-headstart", daemon=True)
-    _thread.start()
+    flag = mmap.mmap(-1, 1)                # anonymous and shared: the parent writes, the child reads
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:                        # no process left to start: the judge does it all
+        for fd in (read_end, write_end):
+            os.close(fd)
+        flag.close()
+        return
+    if pid == 0:
+        status = 1
+        try:
+            os.close(read_end)
+            _send(write_end, _compare_all(golden, target, rtol, atol, equal_nan, flag, os.getppid()))
+            status = 0
+        finally:
+            os._exit(status)               # none of the parent's exit handlers or buffered output
+    os.close(write_end)
+    _child = (pid, read_end, flag)
 
 
-def stop() -> None:
-    """Stop the thread after its current part (a pair it had not finished is dropped)."""
-    global _thread
-    _stop.set()
-    if _thread is not None:
-        _thread.join()
-        _thread = None
+def stop(finish: bool = False) -> None:
+    """Stop the child after its current part (a pair it had not finished is dropped) and take its
+    results; ``finish`` lets it compare every pair first."""
+    global _child
+    if _child is None:
+        return
+    pid, read_end, flag = _child
+    _child = None
+    if not finish:
+        flag[0] = 1
+    chunks, status = [], -1
+    try:
+        while True:
+            chunk = os.read(read_end, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        status = os.waitpid(pid, 0)[1]
+        flag.close()
+    if status == 0 and chunks:             # else it died on the way (a signal, a kernel fault): no head start
+        _results.update(marshal.loads(b"".join(chunks)))
 
 
 def end() -> None:
@@ -92,14 +127,28 @@ def take(golden: Optional[FileId], target: Optional[FileId], kernel: Tuple) -> O
     return _results.pop((golden, target, kernel), None)
 
 
-def _run(golden: str, target: str, rtol: Optional[float], atol: Optional[float], equal_nan: bool) -> None:
+def _compare_all(golden: str, target: str, rtol: Optional[float], atol: Optional[float], equal_nan: bool,
+                 flag: mmap.mmap, parent: int) -> Dict[Tuple, List]:
+    """In the child: the results of every pair compared before the stop flag was set (or the
+    parent went away)."""
+    results: Dict[Tuple, List] = {}
     try:
         for g_file, t_file in _same_named(golden, target):
-            if _stop.is_set():
-                return
-            _compare_files(g_file, t_file, rtol, atol, equal_nan)
+            if flag[0] or os.getppid() != parent:
+                break
+            _compare_files(g_file, t_file, rtol, atol, equal_nan, flag, results)
     except Exception:        # a head start only: the judge reads and reports every file itself
-        return
+        pass
+    return results
+
+
+def _send(fd: int, results: Dict[Tuple, List]) -> None:
+    data = memoryview(marshal.dumps(results))
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
 
 
 def _same_named(golden: str, target: str) -> Iterator[Tuple[Tuple[str, int, int], Tuple[str, int, int]]]:
@@ -168,7 +217,7 @@ def _header(fd: int, offset: int) -> Optional[Tuple[int, int, int, int]]:
 
 
 def _compare_files(g_file: Tuple[str, int, int], t_file: Tuple[str, int, int], rtol: Optional[float],
-                   atol: Optional[float], equal_nan: bool) -> None:
+                   atol: Optional[float], equal_nan: bool, flag: mmap.mmap, results: Dict[Tuple, List]) -> None:
     ids, maps, addrs, heads = [], [], [], []
     try:
         for path, offset, length in (g_file, t_file):
@@ -198,13 +247,13 @@ def _compare_files(g_file: Tuple[str, int, int], t_file: Tuple[str, int, int], r
         chunk, segment = native.COMPARE_CHUNK, native.COMPARE_SEGMENT
         parts = []
         for b, e in native.compare_parts(n, chunk, segment):
-            if _stop.is_set():
+            if flag[0]:
                 return
             got = native.compare_range(addrs[0], gc, addrs[1], tc, b, e, chunk, r, a, equal_nan)
             if got is None:
                 return
             parts.append(got)
-        _results[(ids[0], ids[1], (gc, tc, n, chunk, segment, r, a, bool(equal_nan)))] = parts
+        results[(ids[0], ids[1], (gc, tc, n, chunk, segment, r, a, bool(equal_nan)))] = parts
     finally:
         for mm in maps:
             mm.close()

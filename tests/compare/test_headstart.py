@@ -1,11 +1,14 @@
 """Compare's head start (ts_core/headstart.py) changes no result: the judge takes its kernel
 results only for exactly the files, dtypes and tolerance they were computed for, and computes
 everything else itself. Checked against the same compare without a head start, in both tensor
-layouts, after a file changed under it, at a tolerance it did not guess, and through the CLI."""
+layouts, after a file changed under it, at a tolerance it did not guess, and through the CLI.
+The head start runs in a forked child (so the tests below that patch the kernel patch the child's
+copy too)."""
 import json
 import os
 import shutil
-import threading
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -66,8 +69,7 @@ def _rows(golden, target, **kw):
 
 def _head_start(golden, target, rtol=None, atol=None):
     headstart.begin(golden, target, rtol, atol, True)
-    headstart._thread.join()        # let it finish every pair (in the CLI the judge stops it)
-    headstart._thread = None
+    headstart.stop(finish=True)     # let it finish every pair (in the CLI the judge stops it)
 
 
 def test_default_tolerances_are_the_judges():
@@ -138,34 +140,103 @@ def test_a_tolerance_it_did_not_guess_is_computed_by_the_judge(tmp_path):
     assert got == _rows(golden, target, rtol=1e-3, atol=1e-6)
 
 
-def test_stop_ends_the_thread_and_keeps_only_whole_pairs(tmp_path, monkeypatch):
+def test_stop_ends_the_child_and_keeps_only_whole_pairs(tmp_path, monkeypatch):
+    """The judge starts while the child is in its first pair's first part: stop() sets the flag,
+    the child drops that pair and ends, and nothing reaches the results."""
+    import time
+
     golden, target = _dumps(tmp_path)
     from ts_core import native
 
-    parts, started = [], threading.Event()
-    real = native.compare_range
+    real, record = native.compare_range, tmp_path / "parts"
+    started_r, started_w = os.pipe()
+    flags = []
+    real_mmap = headstart.mmap.mmap
 
-    def first_part(*a):                  # the judge starts while the first pair is half done
-        parts.append(a)
-        started.set()
-        headstart._stop.wait(30)
+    class FlagMap:                       # the anonymous one-byte flag begin() makes, kept at hand
+        def __new__(cls, fileno, length, *a, **kw):
+            m = real_mmap(fileno, length, *a, **kw)
+            if fileno == -1:
+                flags.append(m)
+            return m
+
+    def first_part(*a):                  # in the child: say so, then wait for the parent's stop
+        with open(record, "a") as f:
+            f.write("part\n")
+        if len(record.read_text()) == len("part\n"):
+            os.write(started_w, b"x")
+            deadline = time.monotonic() + 30
+            while not flags[0][0] and time.monotonic() < deadline:
+                time.sleep(0.001)
         return real(*a)
+
+    monkeypatch.setattr(headstart.mmap, "mmap", FlagMap)
     monkeypatch.setattr(native, "COMPARE_SEGMENT", N // 4)
     monkeypatch.setattr(native, "COMPARE_CHUNK", N // 8)
     monkeypatch.setattr(native, "compare_range", first_part)
     headstart.begin(golden, target, None, None, True)
-    assert started.wait(30)
+    pid = headstart._child[0]
+    assert os.read(started_r, 1) == b"x"
     headstart.stop()
-    assert len(parts) == 1 and headstart._results == {} and headstart._thread is None
+    for fd in (started_r, started_w):
+        os.close(fd)
+    assert record.read_text() == "part\n" and headstart._results == {} and headstart._child is None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)      # reaped: no child left behind
+
+
+def test_a_child_killed_while_sending_gives_no_results(tmp_path, monkeypatch):
+    """Half its results in the pipe, then SIGKILL (the OOM killer, a user's kill): the parent
+    takes nothing from it, reaps it, and the judge computes every pair itself."""
+    import marshal
+    import signal
+
+    golden, target = _dumps(tmp_path)
+    want = _rows(golden, target)
+
+    def half_then_killed(fd, results):
+        data = marshal.dumps(results)
+        os.write(fd, data[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+    monkeypatch.setattr(headstart, "_send", half_then_killed)
+    headstart.begin(golden, target, None, None, True)
+    pid = headstart._child[0]
+    headstart.stop(finish=True)
+    assert headstart._results == {} and headstart._child is None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)      # reaped
+    assert _rows(golden, target) == want
 
 
 def test_the_cli_compare_with_its_head_start_writes_what_the_api_does(tmp_path):
-    from ts_core.cli import main
-
+    """The `tsprobe` program, in a process of its own (the head start runs only in a fresh one):
+    the judge takes the head start's results, and compare.csv is the API's."""
     golden, target = _dumps(tmp_path)
     out = tmp_path / "out"
-    assert main(["compare", golden, target, "-o", str(out), "--no-html", "--workers", "1"]) == 1
-    assert headstart._thread is None and not headstart.pending()      # stopped, nothing left behind
+    driver = (
+        "import sys\n"
+        "from ts_core import cli, headstart\n"
+        "headstart.MIN_BYTES = 1 << 16\n"
+        "real, taken = headstart.take, []\n"
+        "headstart.take = lambda *a: taken.append(real(*a)) or taken[-1]\n"
+        "import atexit\n"
+        "atexit.register(lambda: print('taken', sum(t is not None for t in taken), headstart._child is None))\n"
+        "sys.argv = ['tsprobe'] + sys.argv[1:]\n"
+        "cli.entry()\n")
+    proc = subprocess.run([sys.executable, "-c", driver, "compare", golden, target, "-o", str(out), "--no-html",
+                           "--workers", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "taken 6 True"      # every large pair, the child reaped
     api_out = tmp_path / "api"
     api.compare(golden, target, str(api_out), workers=1, verbose=False, html=False)
     assert (out / "compare.csv").read_bytes() == (api_out / "compare.csv").read_bytes()
+
+
+def test_the_cli_starts_no_child_in_a_process_that_has_numpy(tmp_path, monkeypatch):
+    from ts_core.cli import main
+
+    golden, target = _dumps(tmp_path)
+    begun = []
+    monkeypatch.setattr(headstart, "begin", lambda *a: begun.append(a))
+    assert main(["compare", golden, target, "-o", str(tmp_path / "out"), "--no-html", "--workers", "1"]) == 1
+    assert begun == []
