@@ -181,6 +181,33 @@ def test_a_taken_pair_gives_its_room_to_the_next_at_once(tmp_path):
     ahead.close()
 
 
+def test_pairs_the_head_start_computed_take_no_room(tmp_path, monkeypatch):
+    """A pair whose metrics the head start computed reads nothing: the window reaches past it to
+    the pairs the threads must compute (a window of computed pairs left them idle), and its
+    metrics are still compare_arrays'."""
+    from ts_core import headstart
+
+    elems = 4096
+    gd, td = _dumps_of(tmp_path, 8, elems)
+    pair = 2 * 4 * elems
+    monkeypatch.setattr(headstart, "MIN_BYTES", 1)
+    headstart.begin(str(tmp_path / "golden"), str(tmp_path / "target"), 1e-4, 1e-5, True)
+    headstart.stop(finish=True)
+    keep = {readahead.identity(_read(gd, td, i))[:2] for i in (1, 2, 3)}
+    for key in [k for k in headstart._results if k[:2] not in keep]:
+        del headstart._results[key]                     # as if it had stopped after pairs 1-3
+    try:
+        ahead = ReadAhead(iter([_read(gd, td, i) for i in range(8)]), window_bytes=2 * pair)
+        got = ahead.take(_read(gd, td, 0))
+        started = sorted(int(a.read.g_name.split(".")[2]) for a in ahead.pending.values() if a.started)
+        assert started == [1, 2, 3, 4, 5] and ahead.started_bytes == 2 * pair and not headstart.pending()
+        for i in range(8):
+            got = got if i == 0 else ahead.take(_read(gd, td, i))
+            assert got.metrics() == metrics.compare_arrays(*got.arrays(), 1e-4, 1e-5)
+    finally:
+        headstart.end()
+
+
 def test_a_pair_larger_than_the_window_is_read_only_when_taken(tmp_path):
     elems = 4096
     gd, td = _dumps_of(tmp_path, 6, elems)

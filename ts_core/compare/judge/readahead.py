@@ -66,7 +66,9 @@ def identity(read: PlannedRead) -> Optional[Identity]:
 
 class Ahead:
     """One planned pair: its arrays (or the error reading them) and, once started, its kernel
-    parts on the compare threads. Opening maps the files without reading them; ``start`` reads.
+    parts on the compare threads. Opening maps the files without reading them, and takes the
+    head start's results when it computed the pair (which then takes no room in the window: a
+    window full of such pairs left the threads idle); ``start`` reads.
     A *repeat* (the files of a pair planned before it) opens nothing: it takes that pair's
     metrics from `judged`, or, when the judge passed over that pair, opens and reads as any pair."""
 
@@ -79,7 +81,7 @@ class Ahead:
         self.tasks: List[Any] = []
         self.futures: Optional[List[Any]] = None
         self.finish = None
-        self.nbytes = 0
+        self.to_read = 0          # bytes the window counts: 0 when the head start computed the pair
         self.opened = False
         if not repeat:
             self._open()
@@ -93,18 +95,20 @@ class Ahead:
         except TensorFileError as e:      # raised again where the judge reads it
             self.error, self.golden, self.target = e, None, None
             return
-        self.nbytes = self.golden.nbytes + self.target.nbytes
+        self.to_read = self.golden.nbytes + self.target.nbytes
         if self.golden.size == self.target.size:     # else the judge says so without metrics
             self.shaped = self.target.reshape(self.golden.shape) if self.golden.shape != self.target.shape \
                 else self.target
             self.tasks, self.finish = compare_tasks(self.golden, self.shaped, read.rtol, read.atol, read.equal_nan)
+            early = _head_start(read, self.ident, self.golden, self.shaped) if self.finish is not None else None
+            if early is not None:         # computed already: nothing to read, no room taken in the window
+                self.futures, self.to_read = [_done(r) for r in early], 0
 
     def start(self) -> None:
-        """Submit the kernel parts (or take the head start's results for them)."""
+        """Submit the kernel parts (unless the head start's results for them were taken on opening)."""
         self.started = True
         if self.futures is None and self.finish is not None:
-            early = _head_start(self.read, self.ident, self.golden, self.shaped)
-            self.futures = [_done(r) for r in early] if early is not None else [submit(t) for t in self.tasks]
+            self.futures = [submit(t) for t in self.tasks]
 
     def judged_before(self) -> Optional[TensorMetrics]:
         """A repeat's metrics, from the pair of the same files the judge took before it."""
@@ -178,13 +182,13 @@ class ReadAhead:
                     self.planned.add(ident)
                 ahead = self.pending[read.key] = Ahead(read, ident, repeat, self.judged)
                 self.repeats += repeat
-                self.bytes += ahead.nbytes
+                self.bytes += ahead.to_read
                 if not repeat:
                     self.waiting.append(ahead)
-        while self.waiting and self.started_bytes + self.waiting[0].nbytes <= self.window_bytes:
+        while self.waiting and self.started_bytes + self.waiting[0].to_read <= self.window_bytes:
             ahead = self.waiting.popleft()
             ahead.start()
-            self.started_bytes += ahead.nbytes
+            self.started_bytes += ahead.to_read
 
     def take(self, read: PlannedRead) -> Optional[Ahead]:
         """The pair of `read` when it was planned (the pairs planned before it are dropped: the
@@ -195,13 +199,13 @@ class ReadAhead:
             return None
         while True:
             key, ahead = self.pending.popitem(last=False)
-            self.bytes -= ahead.nbytes
+            self.bytes -= ahead.to_read
             if ahead.repeat:
                 pass                              # never waiting: it reads nothing unless asked
             elif not ahead.started:
                 self.waiting.popleft()            # not started: the head of the waiting ones
             else:
-                self.started_bytes -= ahead.nbytes
+                self.started_bytes -= ahead.to_read
             if key == read.key:
                 self.taken += 1
                 self._fill()          # its room goes to the next pair now, not when the judge asks again
