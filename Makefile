@@ -16,11 +16,15 @@ venv: $(STAMP)
 
 # The editable install also compiles the C extension ts_core.native._kernels in place (setup.py),
 # so a change to its sources reinstalls; `python -m ts_core.native` then says whether it is in use.
+# editable_mode=compat: a plain path in a .pth, not setuptools' import finder, whose import
+# (pathlib, urllib, ipaddress) cost every python start here ~25 ms before `tsprobe compare`'s head
+# start could begin (a pip install from a wheel has no finder either).
 NATIVE  := setup.py $(wildcard ts_core/native/*.c ts_core/native/*.h)
 
 $(STAMP): pyproject.toml $(CONSTR) requirements/install_vllm.sh Makefile $(NATIVE)
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(PIP) install -q --disable-pip-version-check -c $(CONSTR) -e '.[test,msprobe,fast]'
+	$(PIP) install -q --disable-pip-version-check -c $(CONSTR) -e '.[test,msprobe,fast]' \
+	    --config-settings editable_mode=compat
 	bash requirements/install_vllm.sh $(BIN)/python
 	$(BIN)/python -m ts_core.native
 	@touch $(STAMP)
