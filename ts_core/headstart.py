@@ -92,19 +92,14 @@ def stop(finish: bool = False) -> None:
     _child = None
     if not finish:
         flag[0] = 1
-    chunks, status = [], -1
     try:
-        while True:
-            chunk = os.read(read_end, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
+        with open(read_end, "rb") as pipe:     # all it sends, until it closes its end
+            data = pipe.read()
     finally:
-        os.close(read_end)
         status = os.waitpid(pid, 0)[1]
         flag.close()
-    if status == 0 and chunks:             # else it died on the way (a signal, a kernel fault): no head start
-        _results.update(marshal.loads(b"".join(chunks)))
+    if status == 0 and data:               # else it died on the way (a signal, a kernel fault): no head start
+        _results.update(marshal.loads(data))
 
 
 def end() -> None:
@@ -143,12 +138,8 @@ def _compare_all(golden: str, target: str, rtol: Optional[float], atol: Optional
 
 
 def _send(fd: int, results: Dict[Tuple, List]) -> None:
-    data = memoryview(marshal.dumps(results))
-    try:
-        while data:
-            data = data[os.write(fd, data):]
-    finally:
-        os.close(fd)
+    with open(fd, "wb") as pipe:
+        pipe.write(marshal.dumps(results))
 
 
 def _same_named(golden: str, target: str) -> Iterator[Tuple[Tuple[str, int, int], Tuple[str, int, int]]]:

@@ -47,8 +47,13 @@ def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sc
     return weight[input]
 
 
+def _normalized_axes(input, normalized_shape) -> Tuple[int, ...]:
+    """The trailing axes a layer or RMS norm normalises over."""
+    return tuple(range(input.ndim - len(list(normalized_shape)), input.ndim))
+
+
 def _layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    axes = tuple(range(input.ndim - len(list(normalized_shape)), input.ndim))
+    axes = _normalized_axes(input, normalized_shape)
     mean = input.mean(axis=axes, keepdims=True)
     var = ((input - mean) ** 2).mean(axis=axes, keepdims=True)
     out = (input - mean) / np.sqrt(var + eps)
@@ -57,7 +62,7 @@ def _layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 def _rms_norm(input, normalized_shape, weight=None, eps=None):
-    axes = tuple(range(input.ndim - len(list(normalized_shape)), input.ndim))
+    axes = _normalized_axes(input, normalized_shape)
     eps = np.finfo(input.dtype).eps if eps is None else eps
     out = input / np.sqrt((input * input).mean(axis=axes, keepdims=True) + eps)
     return out * weight if weight is not None else out
@@ -156,7 +161,7 @@ _BINARY: Dict[str, Callable] = {"mul": np.multiply, "matmul": np.matmul, "mm": n
 FUNCTIONAL: Dict[str, Callable] = {
     "linear": _linear, "embedding": _embedding, "layer_norm": _layer_norm, "rms_norm": _rms_norm,
     "softmax": _softmax, "log_softmax": _log_softmax, "gelu": _gelu, "silu": _silu, "relu": _relu,
-    "dropout": _dropout, "scaled_dot_product_attention": _sdpa, "tanh": np.tanh, "sigmoid": _sigmoid,
+    "dropout": _dropout, "scaled_dot_product_attention": _sdpa, "tanh": _UNARY["tanh"], "sigmoid": _UNARY["sigmoid"],
 }
 TORCH: Dict[str, Callable] = {
     **_UNARY, **_BINARY, "addmm": _addmm, "softmax": _softmax, "log_softmax": _log_softmax,
